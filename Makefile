@@ -1,0 +1,136 @@
+# flashgpt2 — GPT-2 in plain CUDA C++, every layer written twice: naive and flash.
+# `make help` lists the targets below: each has a "# name: what it does" line above it.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.DELETE_ON_ERROR:
+
+# ---------------------------------------------------------------------------------------------------------
+# Toolchain and header-only dependencies. Debian's packages put them in /usr/include; on the GPU machine
+# a staged copy is used instead (scripts/gpu_run.sh sets these to .gpu-carry/include/...).
+CXX         ?= g++
+NVCC        ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+EIGEN_INC   ?= /usr/include/eigen3
+DOCTEST_INC ?= /usr/include
+STB_INC     ?= /usr/include/stb
+
+# GPU architecture: read from the card when there is one, else Hopper (sm_90). Override: make GPU_ARCH=80.
+# sm_90 is built as sm_90a, the target that allows wgmma and setmaxnreg (see dev/attention/forward/7_*).
+GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | grep -E '^[0-9]+\.[0-9]+$$' | tr -d .)
+ifeq ($(strip $(GPU_ARCH)),)
+override GPU_ARCH := 90
+endif
+ifeq ($(GPU_ARCH),90)
+ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
+else
+ARCH_FLAGS := -arch=sm_$(GPU_ARCH)
+endif
+
+# PRECISION=BF16 (default): bf16 activations/weights, fp32 master weights and optimizer state.
+# PRECISION=FP32: everything fp32, the exactness reference. Both are always built; this picks `make train`'s.
+PRECISION ?= BF16
+ifeq ($(filter $(PRECISION),BF16 FP32),)
+$(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
+endif
+prec = $(shell echo $(PRECISION) | tr A-Z a-z)
+PREC_FLAGS_bf16 := -DENABLE_BF16
+PREC_FLAGS_fp32 := -DENABLE_FP32
+
+CXXFLAGS  ?= -O3
+CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -I. -isystem $(EIGEN_INC) -isystem $(DOCTEST_INC) -isystem $(STB_INC)
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(ARCH_FLAGS) -lineinfo -I. -isystem $(EIGEN_INC) -isystem $(DOCTEST_INC) \
+             -isystem $(STB_INC) -Xcompiler -fopenmp
+CUDA_LIBS := -lcublas -lcublasLt -lgomp
+
+# Every object file gets a dependency file, so a header edit rebuilds what includes it.
+build/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+# ---------------------------------------------------------------------------------------------------------
+# Data: TinyShakespeare tokenized by our own GPT-2 BPE (llmc/bpe.h) into llm.c's .bin format.
+DATA_DIR   := data/tinyshakespeare
+DATA_FILES := $(DATA_DIR)/tiny_shakespeare_train.bin $(DATA_DIR)/tiny_shakespeare_val.bin data/gpt2_tokenizer.bin
+
+build/prepro_tinyshakespeare: build/data/prepro_tinyshakespeare.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
+
+# data: tokenize TinyShakespeare into data/tinyshakespeare/*.bin and write data/gpt2_tokenizer.bin (skipped when up to date)
+data: build/prepro_tinyshakespeare
+	@bash data/get_sources.sh data/raw
+	@./build/prepro_tinyshakespeare data/raw $(DATA_DIR) data/gpt2_tokenizer.bin
+
+# ---------------------------------------------------------------------------------------------------------
+# CPU: the test suite and the CPU trainer, both on the Eigen reference model (llmc/ref).
+TEST_CPU_OBJ := $(patsubst %.cpp,build/%.o,$(wildcard test/cpu/*.cpp))
+-include $(TEST_CPU_OBJ:.o=.d) build/train_gpt2.d build/data/prepro_tinyshakespeare.d
+
+build/test_cpu: $(TEST_CPU_OBJ)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
+
+build/train_gpt2: build/train_gpt2.o
+	$(CXX) $(CXXFLAGS) $^ -o $@
+
+# test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, bad input
+test: build/test_cpu data
+	./build/test_cpu
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions.
+LLMC_CUH := $(wildcard llmc/*.cuh llmc/*.h llmc/ref/*.h)
+TEST_GPU_SRC := $(wildcard test/gpu/*.cu)
+
+build/train_gpt2cu_%: train_gpt2.cu $(LLMC_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_$*) $< -o $@ $(CUDA_LIBS)
+
+build/test_gpu_%: $(TEST_GPU_SRC) $(LLMC_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_$*) $(TEST_GPU_SRC) -o $@ $(CUDA_LIBS)
+
+dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 dev/attention/runner
+
+# cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
+cuda: $(CUDA_BINS)
+
+# test-gpu: run the GPU gradient tests, FP32 then BF16: every layer naive and flash vs the reference, then the whole model
+test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
+	./build/test_gpu_fp32
+	./build/test_gpu_bf16
+
+# dev-attention: build the attention ladder runner (./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
+dev-attention: dev/attention/runner
+
+# bench-attention: validate and time every attention rung on the anchor shapes; writes doc/attention_forward.{csv,png} and the README table
+bench-attention: dev/attention/runner
+	./dev/attention/runner bench
+
+# ---------------------------------------------------------------------------------------------------------
+# train: train GPT-2 on TinyShakespeare: the CUDA trainer when a GPU is present, else the tiny CPU model
+train: data
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory build/train_gpt2cu_$(prec) && ./build/train_gpt2cu_$(prec) $(TRAIN_ARGS); \
+	else \
+	  echo "no CUDA GPU found: training the tiny CPU model instead (train_gpt2.cpp)"; \
+	  $(MAKE) --no-print-directory build/train_gpt2 && ./build/train_gpt2 $(TRAIN_ARGS); \
+	fi
+
+# compare: short training runs with the naive kernels, then the flash ones; prints per-layer ms and memory side by side
+compare: build/train_gpt2cu_$(prec) data
+	./build/train_gpt2cu_$(prec) --compare
+
+# all: data, every CPU and CUDA program
+all: data build/test_cpu build/train_gpt2 cuda
+
+# clean: remove build outputs (keeps data/ and checkpoints)
+clean:
+	rm -rf build dev/attention/runner
+
+# help: list the targets
+help:
+	@grep -E '^# [a-z-]+: ' Makefile | sed 's/^# /  make /'
+
+.PHONY: data test cuda test-gpu dev-attention bench-attention train compare all clean help
