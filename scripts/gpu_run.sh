@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One GPU session in one command: build every CUDA program with -arch=sm_90(a), then run each step in
+# scripts/gpu.d/ (in name order), each with its own time limit, logging to $OUT/<step>.log.
+# Usage on the lent H200 (see DEVELOPERS notes):  bash scripts/gpu_run.sh [step-name-filter]
+# Stage first, here:  bash ../shared/gpu/stage.sh ; make data   (carry: .gpu-carry data/tinyshakespeare data/gpt2_tokenizer.bin)
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+filter=${1:-}
+inc=$PWD/.gpu-carry/include
+export EIGEN_INC=$inc/eigen3 DOCTEST_INC=$inc STB_INC=$inc/stb
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
+date -u | tee -a "$OUT/gpu.txt"
+echo "== build ==" ; t0=$(date +%s)
+make -j16 -k cuda GPU_ARCH=90 EIGEN_INC=$EIGEN_INC DOCTEST_INC=$DOCTEST_INC STB_INC=$STB_INC > "$OUT/build.log" 2>&1
+echo "build rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "error" "$OUT/build.log" | head -20
+summary=()
+for s in scripts/gpu.d/*.sh; do
+  name=$(basename "$s" .sh)
+  [[ -n "$filter" && "$name" != *$filter* ]] && continue
+  t0=$(date +%s)
+  OUT="$OUT" bash "$s" > "$OUT/$name.log" 2>&1; rc=$?
+  summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
+  echo "== $name rc=$rc =="; tail -n 25 "$OUT/$name.log"
+done
+echo "== summary =="; printf '%s\n' "${summary[@]}"
