@@ -10,7 +10,7 @@ SHELL := /bin/bash
 CXX         ?= g++
 NVCC        ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 EIGEN_INC   ?= /usr/include/eigen3
-DOCTEST_INC ?= /usr/include
+DOCTEST_INC ?=                  # empty: doctest/doctest.h from the system include path
 STB_INC     ?= /usr/include/stb
 
 # GPU architecture: read from the card when there is one, else Hopper (sm_90). Override: make GPU_ARCH=80.
@@ -36,10 +36,11 @@ PREC_FLAGS_bf16 := -DENABLE_BF16
 PREC_FLAGS_fp32 := -DENABLE_FP32
 
 CXXFLAGS  ?= -O3
-CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -I. -isystem $(EIGEN_INC) -isystem $(DOCTEST_INC) -isystem $(STB_INC)
+# (an include dir that is the system's own, /usr/include, must not be passed: -isystem would reorder it)
+INC_FLAGS := -isystem $(EIGEN_INC) $(if $(DOCTEST_INC),-isystem $(DOCTEST_INC)) -isystem $(STB_INC)
+CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -I. $(INC_FLAGS)
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 $(ARCH_FLAGS) -lineinfo -I. -isystem $(EIGEN_INC) -isystem $(DOCTEST_INC) \
-             -isystem $(STB_INC) -Xcompiler -fopenmp
+NVCCFLAGS += -std=c++17 $(ARCH_FLAGS) -lineinfo -I. $(INC_FLAGS) -Xcompiler -fopenmp
 CUDA_LIBS := -lcublas -lcublasLt -lgomp
 
 # Every object file gets a dependency file, so a header edit rebuilds what includes it.
@@ -49,16 +50,29 @@ build/%.o: %.cpp
 
 # ---------------------------------------------------------------------------------------------------------
 # Data: TinyShakespeare tokenized by our own GPT-2 BPE (llmc/bpe.h) into llm.c's .bin format.
-DATA_DIR   := data/tinyshakespeare
-DATA_FILES := $(DATA_DIR)/tiny_shakespeare_train.bin $(DATA_DIR)/tiny_shakespeare_val.bin data/gpt2_tokenizer.bin
+# Sources: $(DATA_MIRROR), else ../shared/data, else data/raw (downloaded once by data/get_sources.sh).
+# The outputs depend on the three sources and the tool, so `make data` does nothing when they are up to date.
+# Where the outputs exist but no sources do (the GPU machine, where the outputs are carried in), they are used
+# as they are: there is nothing to rebuild them from.
+DATA_DIR      := data/tinyshakespeare
+DATA_FILES    := $(DATA_DIR)/tiny_shakespeare_train.bin $(DATA_DIR)/tiny_shakespeare_val.bin data/gpt2_tokenizer.bin
+DATA_SRC      := $(shell bash data/get_sources.sh dir)
+DATA_SOURCES  := $(DATA_SRC)/tinyshakespeare/input.txt $(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe
+DATA_CARRIED  := $(if $(wildcard $(DATA_SOURCES))$(filter-out $(wildcard $(DATA_FILES)),$(DATA_FILES)),,yes)
 
 build/prepro_tinyshakespeare: build/data/prepro_tinyshakespeare.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
 
+ifneq ($(DATA_CARRIED),yes)
+$(DATA_SOURCES):
+	@bash data/get_sources.sh fetch $(DATA_SRC) $@
+
+$(DATA_FILES) &: build/prepro_tinyshakespeare $(DATA_SOURCES)
+	./build/prepro_tinyshakespeare $(DATA_SRC) $(DATA_DIR) data/gpt2_tokenizer.bin
+endif
+
 # data: tokenize TinyShakespeare into data/tinyshakespeare/*.bin and write data/gpt2_tokenizer.bin (skipped when up to date)
-data: build/prepro_tinyshakespeare
-	@bash data/get_sources.sh data/raw
-	@./build/prepro_tinyshakespeare data/raw $(DATA_DIR) data/gpt2_tokenizer.bin
+data: $(DATA_FILES)
 
 # ---------------------------------------------------------------------------------------------------------
 # CPU: the test suite and the CPU trainer, both on the Eigen reference model (llmc/ref).
@@ -84,11 +98,29 @@ build/train_gpt2cu_%: train_gpt2.cu $(LLMC_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_$*) $< -o $@ $(CUDA_LIBS)
 
-build/test_gpu_%: $(TEST_GPU_SRC) $(LLMC_CUH)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_$*) $(TEST_GPU_SRC) -o $@ $(CUDA_LIBS)
+# GPU tests: each test/gpu/*.cu is compiled once per precision into build/<prec>/test/gpu/*.o (with header
+# dependencies from -MMD, so editing one test file recompiles only that file), then linked into
+# build/test_gpu_<prec>. The oracle (Eigen) is compiled by nvcc as host code; -diag-suppress 20012 silences
+# nvcc's note that Eigen's defaulted functions carry __host__ __device__ annotations it ignores.
+TEST_GPU_FLAGS    := -diag-suppress 20012
+TEST_GPU_OBJ_bf16 := $(patsubst %.cu,build/bf16/%.o,$(TEST_GPU_SRC))
+TEST_GPU_OBJ_fp32 := $(patsubst %.cu,build/fp32/%.o,$(TEST_GPU_SRC))
+-include $(TEST_GPU_OBJ_bf16:.o=.d) $(TEST_GPU_OBJ_fp32:.o=.d)
 
-dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
+build/bf16/test/gpu/%.o: test/gpu/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(TEST_GPU_FLAGS) $(PREC_FLAGS_bf16) -MMD -MP -c $< -o $@
+
+build/fp32/test/gpu/%.o: test/gpu/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(TEST_GPU_FLAGS) $(PREC_FLAGS_fp32) -MMD -MP -c $< -o $@
+
+build/test_gpu_bf16: $(TEST_GPU_OBJ_bf16)
+build/test_gpu_fp32: $(TEST_GPU_OBJ_fp32)
+build/test_gpu_%:
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
+
+dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 
 CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 dev/attention/runner
@@ -104,23 +136,30 @@ test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
 # dev-attention: build the attention ladder runner (./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
 dev-attention: dev/attention/runner
 
-# bench-attention: validate and time every attention rung on the anchor shapes; writes doc/attention_forward.{csv,png} and the README table
+# bench-attention: validate and time every attention rung on the anchor shapes; writes doc/attention_forward.{csv,md,png} and the README table (ANCHORS=sdpa_bench.py log adds the FA2/cuDNN columns)
 bench-attention: dev/attention/runner
-	./dev/attention/runner bench
+	./dev/attention/runner bench $(if $(ANCHORS),--anchors $(ANCHORS)) --out doc
+	bash scripts/readme_table.sh doc/attention_forward.md attention-forward
 
 # ---------------------------------------------------------------------------------------------------------
-# train: train GPT-2 on TinyShakespeare: the CUDA trainer when a GPU is present, else the tiny CPU model
+# The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
+# 20 warm-up steps, cosine to 10%, wd 0.1, clip 1.0, 250 steps, val every 10), log and final checkpoint in log/.
+# TRAIN_ARGS adds or overrides flags (e.g. TRAIN_ARGS="-b 8 --attention naive"); ./build/train_gpt2cu_bf16 --help lists them.
+TRAIN_GPU_ARGS ?= -i $(DATA_DIR)/tiny_shakespeare_train.bin -j $(DATA_DIR)/tiny_shakespeare_val.bin \
+                  --tokenizer data/gpt2_tokenizer.bin -e d12 -o log
+
+# train: train GPT-2 on TinyShakespeare: the CUDA trainer when a GPU is present (GPT-2 124M, recipe R1), else the tiny CPU model
 train: data
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory build/train_gpt2cu_$(prec) && ./build/train_gpt2cu_$(prec) $(TRAIN_ARGS); \
+	  $(MAKE) --no-print-directory build/train_gpt2cu_$(prec) && ./build/train_gpt2cu_$(prec) $(TRAIN_GPU_ARGS) $(TRAIN_ARGS); \
 	else \
 	  echo "no CUDA GPU found: training the tiny CPU model instead (train_gpt2.cpp)"; \
 	  $(MAKE) --no-print-directory build/train_gpt2 && ./build/train_gpt2 $(TRAIN_ARGS); \
 	fi
 
-# compare: short training runs with the naive kernels, then the flash ones; prints per-layer ms and memory side by side
+# compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes log/compare.md
 compare: build/train_gpt2cu_$(prec) data
-	./build/train_gpt2cu_$(prec) --compare
+	./build/train_gpt2cu_$(prec) --compare -i $(DATA_DIR)/tiny_shakespeare_train.bin -o log $(COMPARE_ARGS)
 
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda
