@@ -1,0 +1,262 @@
+// The token data loader: llm.c's .bin shards in, (B, T) batches of inputs and next-token targets out.
+//
+// File format (llm.c's, version 1): a header of 256 int32 — [0] magic 20240520, [1] version 1, [2] token count N —
+// then N uint16 token ids (little-endian). write_token_file() writes one; DataLoader reads them.
+//
+// How batches are cut: a shard of N tokens holds (N - 1) / (B*T) batches. Batch b is the B*T+1 tokens starting
+// at b*B*T: inputs are the first B*T of them, targets the same window shifted by one (targets[i] = the token
+// that follows inputs[i]). Windows do not overlap, so one epoch sees every token (but the few at a shard's end
+// that do not fill a batch) exactly once as a target. This is how llm.c's dataloader cuts a shard.
+//
+// Order: shards in sorted glob order, batches in file order; after the last batch of the last shard the loader
+// wraps to the first batch of the first shard and the epoch counter goes up by one.
+// With shuffle=true, every epoch draws (1) a permutation of the shards and (2) for each shard a permutation of
+// its batches, from a SplitMix64 generator seeded by (seed, epoch[, shard]) and a Fisher-Yates shuffle. We use
+// our own generator rather than std::shuffle so the order is the same with every C++ standard library: the
+// same seed gives the same batches on any machine, and a (seed, epoch) pair fully determines an epoch.
+//
+// The position is three integers (epoch, shard_pos, batch_pos): "the next batch is the batch_pos-th batch in
+// this epoch's order of the shard_pos-th shard in this epoch's shard order". state() returns it (plus the
+// settings it is only valid for), restore() puts it back, so a checkpoint resumes on exactly the next batch.
+//
+// Every shard is validated once when the loader is built (header, size, every token id < vocab_size, at least
+// B*T+1 tokens); problems throw flashgpt2::Error naming the file. Only the current shard is held in memory.
+#pragma once
+#include <glob.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/error.h"
+#include "llmc/fileio.h"
+
+namespace flashgpt2 {
+
+constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
+constexpr int32_t TOKEN_FILE_VERSION = 1;
+constexpr int TOKEN_FILE_HEADER_INTS = 256;
+
+// Writes tokens as an llm.c shard, atomically: "<path>.tmp" first, then renamed over path.
+inline void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+    if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail("%s: %zu tokens do not fit the header", path.c_str(), tokens.size());
+    int32_t header[TOKEN_FILE_HEADER_INTS] = {};
+    header[0] = TOKEN_FILE_MAGIC;
+    header[1] = TOKEN_FILE_VERSION;
+    header[2] = static_cast<int32_t>(tokens.size());
+    write_file_atomic(path, {{header, sizeof header}, {tokens.data(), tokens.size() * sizeof(uint16_t)}});
+}
+
+// Reads a whole shard, checking magic, version and that the file holds exactly the header's token count.
+inline std::vector<uint16_t> read_token_file(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) fail("%s: cannot open: %s", path.c_str(), strerror(errno));
+    int32_t header[TOKEN_FILE_HEADER_INTS];
+    const size_t got = fread(header, sizeof(int32_t), TOKEN_FILE_HEADER_INTS, f);
+    if (got != TOKEN_FILE_HEADER_INTS) {
+        fclose(f);
+        fail("%s: truncated header (%zu bytes, expected %zu)", path.c_str(), got * sizeof(int32_t), sizeof header);
+    }
+    if (header[0] != TOKEN_FILE_MAGIC) {
+        fclose(f);
+        fail("%s: bad magic %d (expected %d: not an llm.c token file)", path.c_str(), header[0], TOKEN_FILE_MAGIC);
+    }
+    if (header[1] != TOKEN_FILE_VERSION) {
+        fclose(f);
+        fail("%s: unsupported version %d (expected %d)", path.c_str(), header[1], TOKEN_FILE_VERSION);
+    }
+    if (header[2] < 0) {
+        fclose(f);
+        fail("%s: negative token count %d in header", path.c_str(), header[2]);
+    }
+    const size_t n = static_cast<size_t>(header[2]);
+    std::vector<uint16_t> tokens(n);
+    const size_t read = n ? fread(tokens.data(), sizeof(uint16_t), n, f) : 0;
+    const bool extra = fgetc(f) != EOF;
+    fclose(f);
+    if (read != n) fail("%s: truncated: header says %zu tokens, file holds %zu", path.c_str(), n, read);
+    if (extra) fail("%s: trailing bytes after the %zu tokens the header announces", path.c_str(), n);
+    return tokens;
+}
+
+// The loader's position, as plain integers so a checkpoint can store it. The last four fields are the settings
+// the position is only meaningful for; restore() checks them.
+struct DataLoaderState {
+    uint64_t epoch = 0;      // how many times the loader has wrapped around
+    uint64_t shard_pos = 0;  // index into this epoch's shard order
+    uint64_t batch_pos = 0;  // index into this epoch's batch order of that shard: the NEXT batch next_batch() returns
+    uint64_t seed = 0;
+    int64_t shuffle = 0;  // 0 or 1
+    int64_t B = 0, T = 0;
+    int64_t num_shards = 0;
+};
+
+class DataLoader {
+public:
+    int B, T;
+    std::vector<int> inputs;   // (B, T) token ids
+    std::vector<int> targets;  // (B, T) the token after each input
+
+    DataLoader(const std::string& pattern, int B_, int T_, bool shuffle = false, uint64_t seed = 0,
+               int vocab_size = 50257)
+        : B(B_), T(T_), shuffle_(shuffle), seed_(seed) {
+        if (B <= 0 || T <= 0) fail("%s: batch shape B=%d T=%d must be positive", pattern.c_str(), B, T);
+        files_ = glob_files(pattern);
+        const size_t window = static_cast<size_t>(B) * T + 1;
+        for (const std::string& path : files_) {
+            std::vector<uint16_t> tok = read_token_file(path);
+            if (tok.size() < window)
+                fail("%s: %zu tokens, fewer than one batch needs (B*T+1 = %zu)", path.c_str(), tok.size(), window);
+            for (size_t i = 0; i < tok.size(); i++)
+                if (tok[i] >= vocab_size)
+                    fail("%s: token %u at position %zu is not below the vocab size %d", path.c_str(), tok[i], i, vocab_size);
+            shard_batches_.push_back((tok.size() - 1) / (static_cast<size_t>(B) * T));
+            total_batches_ += shard_batches_.back();
+            if (files_.size() == 1) {  // a single shard stays resident from the start
+                tokens_ = std::move(tok);
+                loaded_shard_ = 0;
+            }
+        }
+        inputs.assign(static_cast<size_t>(B) * T, 0);
+        targets.assign(static_cast<size_t>(B) * T, 0);
+        reset();
+    }
+
+    // Batches in one epoch: sum over shards of (tokens - 1) / (B*T).
+    size_t num_batches() const { return total_batches_; }
+    const std::vector<std::string>& files() const { return files_; }
+
+    // Back to the first batch of epoch 0.
+    void reset() { seek(0, 0, 0); }
+
+    // Fills inputs/targets with the batch at the current position, then moves one batch on (wrapping at epoch end).
+    void next_batch() {
+        const size_t shard = shard_order_[shard_pos_];
+        const size_t batch = batch_order_[batch_pos_];
+        const size_t n = static_cast<size_t>(B) * T;
+        const uint16_t* w = tokens_.data() + batch * n;  // the batch's B*T+1 token window
+        for (size_t i = 0; i < n; i++) {
+            inputs[i] = w[i];
+            targets[i] = w[i + 1];
+        }
+        if (batch_pos_ + 1 < shard_batches_[shard]) {
+            seek(epoch_, shard_pos_, batch_pos_ + 1);
+        } else if (shard_pos_ + 1 < files_.size()) {
+            seek(epoch_, shard_pos_ + 1, 0);
+        } else {
+            seek(epoch_ + 1, 0, 0);
+        }
+    }
+
+    DataLoaderState state() const {
+        DataLoaderState s;
+        s.epoch = epoch_;
+        s.shard_pos = shard_pos_;
+        s.batch_pos = batch_pos_;
+        s.seed = seed_;
+        s.shuffle = shuffle_ ? 1 : 0;
+        s.B = B;
+        s.T = T;
+        s.num_shards = static_cast<int64_t>(files_.size());
+        return s;
+    }
+
+    void restore(const DataLoaderState& s) {
+        const char* where = files_.front().c_str();
+        if (s.B != B || s.T != T)
+            fail("%s: saved loader position is for B=%lld T=%lld, this loader has B=%d T=%d", where, (long long)s.B,
+                 (long long)s.T, B, T);
+        if (s.shuffle != (shuffle_ ? 1 : 0) || s.seed != seed_)
+            fail("%s: saved loader position is for shuffle=%lld seed=%llu, this loader has shuffle=%d seed=%llu", where,
+                 (long long)s.shuffle, (unsigned long long)s.seed, shuffle_ ? 1 : 0, (unsigned long long)seed_);
+        if (s.num_shards != static_cast<int64_t>(files_.size()))
+            fail("%s: saved loader position is for %lld shards, the pattern now matches %zu", where,
+                 (long long)s.num_shards, files_.size());
+        if (s.shard_pos >= files_.size()) fail("%s: saved shard position %llu out of range", where, (unsigned long long)s.shard_pos);
+        seek(s.epoch, s.shard_pos, 0);  // builds this epoch's orders so the shard's batch count is known
+        if (s.batch_pos >= shard_batches_[shard_order_[s.shard_pos]])
+            fail("%s: saved batch position %llu out of range", where, (unsigned long long)s.batch_pos);
+        batch_pos_ = s.batch_pos;
+    }
+
+private:
+    bool shuffle_;
+    uint64_t seed_;
+    std::vector<std::string> files_;
+    std::vector<size_t> shard_batches_;  // (num_shards) batches in each shard, in file order
+    size_t total_batches_ = 0;
+    uint64_t epoch_ = 0;
+    size_t shard_pos_ = 0, batch_pos_ = 0;
+    std::vector<size_t> shard_order_;  // (num_shards) this epoch's shard order
+    std::vector<size_t> batch_order_;  // (batches of the current shard) this epoch's batch order in it
+    size_t loaded_shard_ = SIZE_MAX;   // which file tokens_ holds
+    std::vector<uint16_t> tokens_;     // the current shard's tokens
+
+    static std::vector<std::string> glob_files(const std::string& pattern) {
+        glob_t g;
+        const int rc = glob(pattern.c_str(), 0, nullptr, &g);  // results come back sorted
+        std::vector<std::string> out;
+        if (rc == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++) out.emplace_back(g.gl_pathv[i]);
+        globfree(&g);
+        if (rc == GLOB_NOMATCH || (rc == 0 && out.empty())) {
+            if (pattern.find_first_of("*?[") == std::string::npos) fail("%s: no such file", pattern.c_str());
+            fail("%s: the pattern matches no file", pattern.c_str());
+        }
+        if (rc != 0) fail("%s: glob failed (code %d)", pattern.c_str(), rc);
+        return out;
+    }
+
+    // SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-mixed generator with a fixed, portable output sequence.
+    static uint64_t splitmix64(uint64_t& x) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+
+    // 0..n-1 in order, or (shuffle) in a Fisher-Yates order drawn from a generator seeded by `key`.
+    std::vector<size_t> order(size_t n, uint64_t key) const {
+        std::vector<size_t> p(n);
+        for (size_t i = 0; i < n; i++) p[i] = i;
+        if (!shuffle_) return p;
+        uint64_t x = key;
+        for (size_t i = n; i > 1; i--) {
+            const size_t j = splitmix64(x) % i;  // modulo bias is ~n/2^64: irrelevant here
+            std::swap(p[i - 1], p[j]);
+        }
+        return p;
+    }
+
+    // The generator seed of one permutation: a hash of (seed, epoch, what), what = shard index or ALL_SHARDS.
+    static constexpr uint64_t ALL_SHARDS = ~0ull;
+    uint64_t order_key(uint64_t epoch, uint64_t what) const {
+        uint64_t x = seed_;
+        x = splitmix64(x) ^ epoch;
+        x = splitmix64(x) ^ what;
+        return splitmix64(x);
+    }
+
+    // Moves to (epoch, shard_pos, batch_pos): rebuilds the orders and loads the shard when they change.
+    void seek(uint64_t epoch, size_t shard_pos, size_t batch_pos) {
+        const bool new_epoch = epoch != epoch_ || shard_order_.empty();
+        const bool new_shard = new_epoch || shard_pos != shard_pos_ || batch_order_.empty();
+        epoch_ = epoch;
+        shard_pos_ = shard_pos;
+        batch_pos_ = batch_pos;
+        if (new_epoch) shard_order_ = order(files_.size(), order_key(epoch, ALL_SHARDS));
+        if (!new_shard) return;
+        const size_t shard = shard_order_[shard_pos];
+        batch_order_ = order(shard_batches_[shard], order_key(epoch, shard));
+        if (loaded_shard_ != shard) {
+            tokens_ = read_token_file(files_[shard]);
+            loaded_shard_ = shard;
+        }
+    }
+};
+
+}  // namespace flashgpt2

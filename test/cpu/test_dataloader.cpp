@@ -1,0 +1,219 @@
+// Tests of llmc/dataloader.h: batch contents, wrap-around, seeded shuffling, save/restore, and every bad input.
+// Shards are small temp files written here with random tokens, so a batch's expected contents are known.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "llmc/dataloader.h"
+#include "test/cpu/data_helpers.h"
+
+using namespace flashgpt2;
+using namespace flashgpt2::testing;
+
+namespace {
+
+std::vector<uint16_t> random_tokens(size_t n, std::mt19937& rng, int vocab = 50257) {
+    std::vector<uint16_t> t(n);
+    for (auto& x : t) x = static_cast<uint16_t>(rng() % vocab);
+    return t;
+}
+
+// The B*T+1 window that batch b of a shard is cut from, as (inputs, targets).
+std::pair<std::vector<int>, std::vector<int>> expected_batch(const std::vector<uint16_t>& tok, size_t b, int B, int T) {
+    const size_t n = static_cast<size_t>(B) * T;
+    std::vector<int> in(tok.begin() + b * n, tok.begin() + b * n + n);
+    std::vector<int> tg(tok.begin() + b * n + 1, tok.begin() + b * n + n + 1);
+    return {in, tg};
+}
+
+// The next `count` batches' inputs, concatenated.
+std::vector<std::vector<int>> take(DataLoader& dl, size_t count) {
+    std::vector<std::vector<int>> out;
+    for (size_t i = 0; i < count; i++) {
+        dl.next_batch();
+        out.push_back(dl.inputs);
+    }
+    return out;
+}
+
+std::string shard_bytes(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+    int32_t h[256] = {magic, version, count};
+    std::string s(reinterpret_cast<const char*>(h), sizeof h);
+    s.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("dataloader: batches are consecutive windows; targets are inputs shifted by one; epochs wrap") {
+    TempDir d;
+    std::mt19937 rng(std::random_device{}());
+    const int B = 3, T = 7;                 // B*T = 21: not a divisor of the shard size below
+    const size_t N = 21 * 5 + 1 + rng() % 20;  // 5 full batches, plus 0..19 leftover tokens
+    const std::vector<uint16_t> tok = random_tokens(N, rng);
+    write_token_file(d / "shard.bin", tok);
+    DataLoader dl(d / "shard.bin", B, T);
+    REQUIRE(dl.num_batches() == (N - 1) / 21);
+    CHECK(dl.num_batches() == 5);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (size_t b = 0; b < dl.num_batches(); b++) {
+            CAPTURE(epoch);
+            CAPTURE(b);
+            dl.next_batch();
+            REQUIRE(dl.inputs.size() == 21);
+            auto [in, tg] = expected_batch(tok, b, B, T);
+            CHECK(dl.inputs == in);
+            CHECK(dl.targets == tg);
+            for (size_t i = 0; i + 1 < dl.inputs.size(); i++) CHECK(dl.targets[i] == dl.inputs[i + 1]);
+        }
+        CHECK(dl.state().epoch == static_cast<uint64_t>(epoch + 1));
+    }
+    dl.reset();
+    CHECK(dl.state().epoch == 0);
+    dl.next_batch();
+    CHECK(dl.inputs == expected_batch(tok, 0, B, T).first);
+}
+
+TEST_CASE("dataloader: a glob reads several shards in sorted order") {
+    TempDir d;
+    std::mt19937 rng(std::random_device{}());
+    const int B = 2, T = 4;
+    const std::vector<uint16_t> a = random_tokens(8 * 3 + 1, rng), b = random_tokens(8 * 2 + 5, rng);
+    write_token_file(d / "shard_001.bin", b);  // written out of order on purpose
+    write_token_file(d / "shard_000.bin", a);
+    write_token_file(d / "other.bin", random_tokens(100, rng));  // not matched
+    DataLoader dl(d / "shard_*.bin", B, T);
+    REQUIRE(dl.files().size() == 2);
+    CHECK(dl.num_batches() == 5);
+    for (size_t i = 0; i < 3; i++) {
+        dl.next_batch();
+        CHECK(dl.inputs == expected_batch(a, i, B, T).first);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        dl.next_batch();
+        CHECK(dl.inputs == expected_batch(b, i, B, T).first);
+        CHECK(dl.targets == expected_batch(b, i, B, T).second);
+    }
+    dl.next_batch();  // wrapped to the first shard
+    CHECK(dl.inputs == expected_batch(a, 0, B, T).first);
+}
+
+TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") {
+    TempDir d;
+    std::mt19937 rng(std::random_device{}());
+    const int B = 2, T = 3;
+    write_token_file(d / "s_0.bin", random_tokens(6 * 20 + 1, rng));
+    write_token_file(d / "s_1.bin", random_tokens(6 * 15 + 3, rng));
+    write_token_file(d / "s_2.bin", random_tokens(6 * 9 + 1, rng));
+    DataLoader plain(d / "s_*.bin", B, T);
+    const size_t n = plain.num_batches();
+    REQUIRE(n == 44);
+    const auto ordered = take(plain, n);
+    const uint64_t seed = rng();
+    DataLoader s1(d / "s_*.bin", B, T, true, seed), s2(d / "s_*.bin", B, T, true, seed), s3(d / "s_*.bin", B, T, true, seed + 1);
+    const auto e0 = take(s1, n), e1 = take(s1, n);
+    CHECK(take(s2, n) == e0);             // same seed, same order
+    CHECK(take(s3, n) != e0);             // another seed, another order (chance of equality ~1/44!)
+    CHECK(e0 != ordered);                 // shuffled at all
+    CHECK(e1 != e0);                      // each epoch draws a new order
+    // Each epoch is a permutation of the unshuffled batches: every batch exactly once.
+    auto sorted = [](std::vector<std::vector<int>> v) { std::sort(v.begin(), v.end()); return v; };
+    CHECK(sorted(e0) == sorted(ordered));
+    CHECK(sorted(e1) == sorted(ordered));
+    // reset() goes back to epoch 0's order.
+    s1.reset();
+    CHECK(take(s1, n) == e0);
+}
+
+TEST_CASE("dataloader: state() then restore() resumes on exactly the next batch") {
+    TempDir d;
+    std::mt19937 rng(std::random_device{}());
+    const int B = 2, T = 5;
+    write_token_file(d / "r_0.bin", random_tokens(10 * 7 + 1, rng));
+    write_token_file(d / "r_1.bin", random_tokens(10 * 4 + 9, rng));
+    for (bool shuffle : {false, true}) {
+        CAPTURE(shuffle);
+        const uint64_t seed = rng();
+        DataLoader a(d / "r_*.bin", B, T, shuffle, seed);
+        const size_t skip = rng() % 30;  // anywhere, including across an epoch end (11 batches per epoch)
+        take(a, skip);
+        const DataLoaderState s = a.state();
+        const auto rest = take(a, 25);
+        DataLoader b(d / "r_*.bin", B, T, shuffle, seed);
+        take(b, 3);  // somewhere else first: restore must not depend on where b was
+        b.restore(s);
+        CHECK(take(b, 25) == rest);
+        DataLoader c(d / "r_*.bin", B, T, shuffle, seed);
+        c.restore(s);
+        CHECK(c.state().epoch == s.epoch);
+        CHECK(c.state().shard_pos == s.shard_pos);
+        CHECK(c.state().batch_pos == s.batch_pos);
+    }
+    // A position saved for other settings is refused.
+    DataLoader a(d / "r_*.bin", B, T);
+    DataLoader other_T(d / "r_*.bin", B, T + 1);
+    CHECK(contains(error_of([&] { other_T.restore(a.state()); }), "saved loader position"));
+    DataLoader shuffled(d / "r_*.bin", B, T, true, 1);
+    CHECK(contains(error_of([&] { shuffled.restore(a.state()); }), "shuffle"));
+    DataLoaderState bad = a.state();
+    bad.batch_pos = 1000;
+    CHECK(contains(error_of([&] { a.restore(bad); }), "out of range"));
+}
+
+TEST_CASE("dataloader: every bad input is an Error naming the file") {
+    TempDir d;
+    std::mt19937 rng(std::random_device{}());
+    const std::vector<uint16_t> tok = random_tokens(200, rng, 1000);
+    struct Case {
+        const char* name;
+        std::string bytes;
+        const char* says;
+    } cases[] = {
+        {"magic.bin", shard_bytes(20240521, 1, 200, tok), "bad magic"},
+        {"version.bin", shard_bytes(20240520, 2, 200, tok), "version"},
+        {"truncated.bin", shard_bytes(20240520, 1, 201, tok), "truncated"},
+        {"trailing.bin", shard_bytes(20240520, 1, 199, tok), "trailing"},
+        {"header.bin", shard_bytes(20240520, 1, 200, tok).substr(0, 500), "truncated header"},
+        {"negative.bin", shard_bytes(20240520, 1, -5, tok), "negative"},
+        {"small.bin", shard_bytes(20240520, 1, 20, std::vector<uint16_t>(tok.begin(), tok.begin() + 20)), "fewer than one batch"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        write_bytes(d / c.name, c.bytes);
+        const std::string msg = error_of([&] { DataLoader(d / c.name, 4, 5); });  // needs 21 tokens
+        CHECK(contains(msg, d / c.name));
+        CHECK(contains(msg, c.says));
+    }
+    // The same tokens load fine with a correct header: the cases above fail for the stated reason only.
+    write_bytes(d / "ok.bin", shard_bytes(20240520, 1, 200, tok));
+    CHECK(DataLoader(d / "ok.bin", 4, 5).num_batches() == 199 / 20);
+    // A token id at or above the vocab size.
+    std::vector<uint16_t> big = tok;
+    big[137] = 50257;
+    write_token_file(d / "vocab.bin", big);
+    const std::string vmsg = error_of([&] { DataLoader(d / "vocab.bin", 4, 5); });
+    CHECK(contains(vmsg, d / "vocab.bin"));
+    CHECK(contains(vmsg, "position 137"));
+    CHECK(contains(error_of([&] { DataLoader(d / "ok.bin", 4, 5, false, 0, 500); }), "vocab size 500"));
+    // Missing file, glob matching nothing, bad shape.
+    CHECK(contains(error_of([&] { DataLoader(d / "missing.bin", 4, 5); }), (d / "missing.bin") + ": no such file"));
+    CHECK(contains(error_of([&] { DataLoader(d / "nothing_*.bin", 4, 5); }), (d / "nothing_*.bin") + ": the pattern matches no file"));
+    CHECK(contains(error_of([&] { DataLoader(d / "ok.bin", 0, 5); }), "B=0"));
+    // One bad shard among good ones is found when the loader is built, not mid-training.
+    write_token_file(d / "mix_0.bin", tok);
+    write_bytes(d / "mix_1.bin", shard_bytes(20240520, 1, 300, tok));
+    CHECK(contains(error_of([&] { DataLoader(d / "mix_*.bin", 4, 5); }), d / "mix_1.bin"));
+}
+
+TEST_CASE("dataloader: reads the TinyShakespeare val split from make data") {
+    DataLoader dl("data/tinyshakespeare/tiny_shakespeare_val.bin", 4, 64);
+    CHECK(dl.num_batches() == (32768 - 1) / 256);
+    dl.next_batch();
+    CHECK(std::vector<int>(dl.inputs.begin(), dl.inputs.begin() + 5) == std::vector<int>{50256, 5962, 22307, 25, 198});
+    CHECK(std::vector<int>(dl.targets.begin(), dl.targets.begin() + 4) == std::vector<int>{5962, 22307, 25, 198});
+}
