@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One GPU session in one command: build every CUDA program with -arch=sm_90(a), then run each step in
 # scripts/gpu.d/ (in name order), each with its own time limit, logging to $OUT/<step>.log.
-# Usage on the lent H200 (see DEVELOPERS notes):  bash scripts/gpu_run.sh [step-name-filter]
+# Usage on the lent H200:  bash scripts/gpu_run.sh [regex of step names, e.g. "10_|2[01]_"]
 # Stage first, here:  bash ../shared/gpu/stage.sh ; make data   (carry: .gpu-carry data/tinyshakespeare data/gpt2_tokenizer.bin)
 set -uo pipefail
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-filter=${1:-}
+# The device tool returns at most 8 files: every step logs into $OUT/raw, packed into $OUT/logs.tgz at the end.
+FINAL=${OUT:-$PWD/gpu-out}; OUT=$FINAL/raw; mkdir -p "$OUT"
+filter=${1:-}                   # a regex on step names, e.g. '10_|2[01]_'
+deadline=$(( $(date +%s) + ${GPU_RUN_SECONDS:-540} ))   # the device tool stops a command at 600 s: finish first
 inc=$PWD/.gpu-carry/include
 export EIGEN_INC=$inc/eigen3 DOCTEST_INC=$inc STB_INC=$inc/stb
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -17,10 +19,12 @@ echo "build rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "error" "$OUT/build.log
 summary=()
 for s in scripts/gpu.d/*.sh; do
   name=$(basename "$s" .sh)
-  [[ -n "$filter" && "$name" != *$filter* ]] && continue
-  t0=$(date +%s)
-  OUT="$OUT" bash "$s" > "$OUT/$name.log" 2>&1; rc=$?
+  [[ -n "$filter" && ! "$name" =~ $filter ]] && continue
+  t0=$(date +%s); left=$(( deadline - t0 ))
+  (( left > 10 )) || { summary+=("$name skipped: out of time"); continue; }
+  OUT="$OUT" timeout -k 5 "$left" bash "$s" > "$OUT/$name.log" 2>&1; rc=$?
   summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
   echo "== $name rc=$rc =="; tail -n 25 "$OUT/$name.log"
 done
 echo "== summary =="; printf '%s\n' "${summary[@]}"
+tar -czf "$FINAL/logs.tgz" -C "$OUT" . && rm -rf "$OUT"

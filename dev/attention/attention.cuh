@@ -1,0 +1,56 @@
+// The attention forward ladder's shared interface. Every rung in dev/attention/forward/N_<name>.cuh
+// implements `void attention_forward_<name>(const AttnFwdParams&)` and gets one line in the RUNGS table of
+// dev/attention/runner.cu, which validates it against the CPU oracle and then times it.
+//
+// The problem every rung solves: causal self-attention for B·NH independent heads,
+//     S = Q Kᵀ / sqrt(HS)   with S[i][j] = -inf for j > i (a query never sees the future)
+//     P = softmax(S) row by row,   O = P V,   lse[i] = log Σ_j exp(S[i][j])
+// lse (natural log, fp32) is what a FlashAttention backward needs to rebuild P = exp(S - lse) on chip
+// without ever storing the T×T matrix.
+#pragma once
+#include <cstddef>
+#include "llmc/common.cuh"
+#include "llmc/error.h"
+
+enum class DType { F32, BF16 };
+
+struct AttnFwdParams {          // one causal attention forward, softmax scale 1/sqrt(HS)
+    const void* q; const void* k; const void* v;  // (B, NH, T, HS) contiguous, dtype of the rung
+    void* o;                                      // (B, NH, T, HS) output
+    float* lse;                                   // (B, NH, T) logsumexp of the scaled scores (natural log), for the backward
+    int B, NH, T, HS;
+    void* workspace;                              // rung-specific scratch, workspace_bytes() large, or nullptr
+    cudaStream_t stream;
+};
+
+struct Rung {
+    int id; const char* file; const char* name; DType dtype;
+    bool (*supports)(int HS);                                  // e.g. HS == 64 || HS == 128
+    size_t (*workspace_bytes)(int B, int NH, int T, int HS);   // nullptr = none
+    void (*run)(const AttnFwdParams&);                          // launches only: no allocation, no sync
+};
+
+inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+inline size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+// FLOPs by the FlashAttention convention: two matmuls (Q Kᵀ and P V) of 2·T·T·HS FLOPs per head, halved
+// because the causal mask removes half of each. Every rung is scored with this same count, whatever it
+// really computes (the naive rung computes the masked half too), so TFLOP/s compare like for like.
+inline double attention_forward_flops(int B, int NH, int T, int HS) {
+    return 4.0 * B * NH * (double)T * T * HS / 2.0;
+}
+
+namespace ladder {
+
+// Element conversions, so one templated kernel serves fp32 and bf16 storage. Arithmetic is always fp32.
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+// Head offset: element (b, h, t, d) of a (B, NH, T, HS) tensor is at ((b·NH + h)·T + t)·HS + d. Rungs
+// flatten (b, h) into one index bh, so a head starts at bh·T·HS; size_t because B·NH·T·HS passes 2^31.
+__device__ __forceinline__ size_t head_offset(int bh, int T, int HS) { return (size_t)bh * T * HS; }
+
+}  // namespace ladder

@@ -1,0 +1,585 @@
+// dev/attention/runner: the attention forward ladder in one table. Every rung is first validated against
+// the CPU oracle (llmc/ref/attention.h, run in double) on fresh random inputs, outputs poisoned with NaN,
+// and only then timed (dev/harness.cuh). `bench` runs the whole ladder on the anchor shapes and writes the
+// CSV, markdown table and bar chart that README.md and doc/ show.
+//   ./dev/attention/runner --list
+//   ./dev/attention/runner fwd V [B NH T HS] [--seed S]    (no shape: edge shapes T = 1, 2, 17, 65, 257, 1000
+//                                                          at HS 64 and 128, then (8,12,1024,64), timed)
+//   ./dev/attention/runner bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
+#define EIGEN_NO_CUDA  // the oracle is host code: keep Eigen's own CUDA support out of this .cu file
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include "dev/attention/attention.cuh"
+#include "dev/harness.cuh"
+#include "dev/plot.h"
+#include "llmc/ref/attention.h"
+
+#include "dev/attention/forward/1_naive.cuh"
+#include "dev/attention/forward/2_online_softmax.cuh"
+#include "dev/attention/forward/3_flash1_tiled.cuh"
+#include "dev/attention/forward/4_flash2.cuh"
+// rungs 5–7: #includes added by their files' author
+#include "dev/attention/forward/5_tensor_cores.cuh"
+#include "dev/attention/forward/6_pipelined.cuh"
+#include "dev/attention/forward/7_hopper_wgmma.cuh"
+#include "dev/attention/forward/8_pingpong.cuh"
+
+// ONE table: every rung of the ladder. `fwd V` runs every entry with id V (rung 1 comes in fp32 and bf16:
+// the bf16 one is the "naive in the same precision" that the bf16 rungs' errors are judged against).
+const Rung RUNGS[] = {
+    {1, "1_naive.cuh", "naive", DType::F32, ladder::r1::supports, ladder::r1::workspace_bytes<float>,
+     attention_forward_naive},
+    {1, "1_naive.cuh", "naive_bf16", DType::BF16, ladder::r1::supports, ladder::r1::workspace_bytes<__nv_bfloat16>,
+     attention_forward_naive_bf16},
+    {2, "2_online_softmax.cuh", "online_softmax", DType::F32, ladder::r2::supports, nullptr,
+     attention_forward_online_softmax},
+    {3, "3_flash1_tiled.cuh", "flash1_tiled", DType::F32, ladder::r3::supports, ladder::r3::workspace_bytes,
+     attention_forward_flash1_tiled},
+    {4, "4_flash2.cuh", "flash2", DType::F32, ladder::r4::supports, nullptr, attention_forward_flash2},
+    // rungs 5–7: added by their files' author (one line each, like those above)
+    {5, "5_tensor_cores.cuh", "tensor_cores", DType::BF16, ladder::r5::supports, nullptr, attention_forward_tensor_cores},
+    {6, "6_pipelined.cuh", "pipelined", DType::BF16, ladder::r6::supports, nullptr, attention_forward_pipelined},
+    {7, "7_hopper_wgmma.cuh", "hopper_wgmma", DType::BF16, ladder::r7::supports, nullptr, attention_forward_hopper_wgmma},
+    {8, "8_pingpong.cuh", "pingpong", DType::BF16, ladder::r8::supports, nullptr, attention_forward_pingpong},
+};
+
+using namespace flashgpt2;
+using harness::Compared;
+using harness::Range;
+
+constexpr double kPeakBf16 = 790;  // TFLOP/s bf16 dense matmul, measured on the lent H200 (shared/anchors/README.md)
+constexpr double kPeakFp32 = 67;   // TFLOP/s fp32 without tensor cores, H200 SXM datasheet (not measured)
+
+struct Shape {
+    int B, NH, T, HS;
+    std::string str() const {
+        char b[64];
+        snprintf(b, sizeof b, "(%d,%d,%d,%d)", B, NH, T, HS);
+        return b;
+    }
+    size_t elems() const { return (size_t)B * NH * T * HS; }  // of q, k, v, o: (B, NH, T, HS)
+    size_t rows() const { return (size_t)B * NH * T; }        // of lse: (B, NH, T)
+};
+const Shape kAnchorShapes[] = {{8, 12, 1024, 64}, {64, 12, 1024, 64}, {4, 12, 4096, 64}, {1, 12, 16384, 64}, {16, 16, 2048, 128}};
+
+std::string rung_label(const Rung& r) { return std::to_string(r.id) + " " + r.name + " (" + dtype_name(r.dtype) + ")"; }
+
+// ---- device memory that frees itself; a failed allocation is an Error (the bench skips that rung) ----
+struct DeviceBuffer {
+    void* p = nullptr;
+    explicit DeviceBuffer(size_t bytes, const char* what = "buffer") {
+        if (bytes == 0) return;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();  // clear the (non-sticky) allocation error
+            p = nullptr;
+            fail("%s: cannot allocate %.2f GB on the GPU", what, bytes / 1e9);
+        }
+    }
+    ~DeviceBuffer() { if (p) cudaFree(p); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// ---- the oracle: llmc/ref's standard attention in double, on the heads we check ----
+// The reference takes llm.c's qkv layout (B, T, 3C); we pack the n checked heads as the n heads of one
+// batch row (C = n·HS), so its OpenMP loop over heads runs them in parallel. lse comes from its scores.
+void oracle(const Shape& s, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+            const std::vector<int>& heads, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+    const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
+    std::vector<double> qkv((size_t)T * 3 * C), out((size_t)T * C);           // (1, T, 3C)  (1, T, C)
+    std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T);    // (1, n, T, T) each
+    for (int hh = 0; hh < n; hh++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < HS; d++) {
+                const size_t src = ((size_t)heads[hh] * T + t) * HS + d, dst = (size_t)t * 3 * C + hh * HS + d;
+                qkv[dst] = q[src];
+                qkv[dst + C] = k[src];
+                qkv[dst + 2 * C] = v[src];
+            }
+    ref::attention_forward<double>(out.data(), preatt.data(), att.data(), qkv.data(), 1, T, C, n);
+    o_ref.assign(s.elems(), 0.0);
+    lse_ref.assign(s.rows(), 0.0);
+    for (int hh = 0; hh < n; hh++)
+        for (int t = 0; t < T; t++) {
+            const size_t row = (size_t)heads[hh] * T + t;
+            for (int d = 0; d < HS; d++) o_ref[row * HS + d] = out[(size_t)t * C + hh * HS + d];
+            const double* sc = &preatt[((size_t)hh * T + t) * T];  // scaled scores of row t; causal prefix 0..t
+            double m = sc[0], sum = 0;
+            for (int t2 = 1; t2 <= t; t2++) m = std::max(m, sc[t2]);
+            for (int t2 = 0; t2 <= t; t2++) sum += std::exp(sc[t2] - m);
+            lse_ref[row] = m + std::log(sum);
+        }
+}
+
+// How many heads the oracle checks fully: all of them on small problems; on big ones as many as fit
+// ~3e10 double multiply-adds (its two T×T×HS matmuls per head) and 4 GB of T×T buffers, at least one.
+int heads_to_check(const Shape& s) {
+    const double fma_per_head = 2.0 * s.T * s.T * s.HS, bytes_per_head = 2.0 * s.T * s.T * sizeof(double);
+    const double n = std::min({(double)s.B * s.NH, 48.0, std::floor(3e10 / fma_per_head), std::floor(4e9 / bytes_per_head)});
+    return std::max(1, (int)n);
+}
+
+// ---- one problem: a shape, fresh random inputs per precision, the oracle's answers, the outputs ----
+struct Inputs {
+    std::vector<float> q, k, v;                 // host copies: exactly the values the device holds
+    std::unique_ptr<DeviceBuffer> dq, dk, dv;   // (B, NH, T, HS) each, in the precision's dtype
+    std::vector<double> o_ref, lse_ref;         // oracle, filled on the checked heads
+    std::optional<std::vector<Compared>> baseline;  // bf16 only: the naive bf16 rung's errors on these inputs
+    bool baseline_ok = true;
+};
+
+struct Problem {
+    Shape s;
+    uint64_t seed;
+    std::vector<int> heads;                // (b·NH + h) of the heads the oracle checks
+    std::vector<Range> o_ranges, lse_ranges;
+    std::unique_ptr<Inputs> in[2];         // [DType::F32], [DType::BF16], made on first use
+    std::unique_ptr<DeviceBuffer> o, lse;  // outputs, sized for fp32
+
+    Problem(const Shape& shape, uint64_t seed_) : s(shape), seed(seed_) {
+        const int total = s.B * s.NH, n = std::min(total, heads_to_check(s));
+        std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+        std::vector<int> all(total);
+        for (int i = 0; i < total; i++) all[i] = i;
+        if (n < total) {  // the last head always (catches a wrong head offset), the rest at random
+            std::shuffle(all.begin(), all.end() - 1, rng);
+            heads.push_back(total - 1);
+            heads.insert(heads.end(), all.begin(), all.begin() + (n - 1));
+            std::sort(heads.begin(), heads.end());
+        } else {
+            heads = all;
+        }
+        for (int bh : heads) {
+            o_ranges.push_back({(size_t)bh * s.T * s.HS, (size_t)(bh + 1) * s.T * s.HS});
+            lse_ranges.push_back({(size_t)bh * s.T, (size_t)(bh + 1) * s.T});
+        }
+        o = std::make_unique<DeviceBuffer>(s.elems() * sizeof(float), "output o");
+        lse = std::make_unique<DeviceBuffer>(s.rows() * sizeof(float), "output lse");
+    }
+
+    std::string coverage() const {
+        char b[96];
+        snprintf(b, sizeof b, "%zu of %d heads", heads.size(), s.B * s.NH);
+        return b;
+    }
+
+    // Fresh random inputs, uniform in [-1, 1) shifted by +0.3 (away from zero mean, so a sign or offset
+    // bug cannot hide); bf16 gets the same draw rounded to bf16, and the oracle sees the rounded values.
+    Inputs& inputs(DType dt) {
+        auto& slot = in[dt == DType::BF16];
+        if (slot) return *slot;
+        slot = std::make_unique<Inputs>();
+        Inputs& x = *slot;
+        std::mt19937_64 rng(seed);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        for (auto* vec : {&x.q, &x.k, &x.v}) {
+            vec->resize(s.elems());
+            for (float& f : *vec) f = uni(rng) + 0.3f;
+            if (dt == DType::BF16)
+                for (float& f : *vec) f = harness::round_bf16(f);
+        }
+        const size_t bytes = s.elems() * dtype_bytes(dt);
+        std::vector<uint16_t> bits(dt == DType::BF16 ? s.elems() : 0);
+        const std::vector<float>* host[3] = {&x.q, &x.k, &x.v};
+        std::unique_ptr<DeviceBuffer>* dev[3] = {&x.dq, &x.dk, &x.dv};
+        for (int i = 0; i < 3; i++) {
+            *dev[i] = std::make_unique<DeviceBuffer>(bytes, "inputs q/k/v");
+            const void* src = host[i]->data();
+            if (dt == DType::BF16) {
+                for (size_t e = 0; e < s.elems(); e++) bits[e] = harness::bf16_bits((*host[i])[e]);
+                src = bits.data();
+            }
+            cudaCheck(cudaMemcpy((*dev[i])->p, src, bytes, cudaMemcpyHostToDevice));
+        }
+        oracle(s, x.q, x.k, x.v, heads, x.o_ref, x.lse_ref);
+        return x;
+    }
+};
+
+AttnFwdParams make_params(const Rung& r, Problem& p, void* workspace, cudaStream_t stream) {
+    Inputs& x = p.inputs(r.dtype);
+    return AttnFwdParams{x.dq->p, x.dk->p, x.dv->p, p.o->p, (float*)p.lse->p, p.s.B, p.s.NH, p.s.T, p.s.HS,
+                         workspace, stream};
+}
+
+size_t workspace_of(const Rung& r, const Shape& s) { return r.workspace_bytes ? r.workspace_bytes(s.B, s.NH, s.T, s.HS) : 0; }
+
+const Rung& naive_bf16_rung() {
+    for (const Rung& r : RUNGS)
+        if (r.id == 1 && r.dtype == DType::BF16) return r;
+    fail("the RUNGS table has no bf16 naive rung (id 1, bf16): the bf16 rule needs it");
+}
+
+// Runs rung r once on poisoned outputs and checks o and lse against the oracle with its precision's rule.
+bool check_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stream) {
+    const bool is_baseline = &r == &naive_bf16_rung();
+    Inputs& x = p.inputs(r.dtype);
+    if (r.dtype == DType::BF16 && !is_baseline && !x.baseline) {  // the naive bf16 errors on these inputs
+        const Rung& nb = naive_bf16_rung();
+        DeviceBuffer ws(workspace_of(nb, p.s), "naive bf16 workspace (baseline for the bf16 rule)");
+        printf(" baseline for the bf16 rule: %s on the same inputs\n", rung_label(nb).c_str());
+        check_rung(nb, p, ws.p, stream);
+    }
+    const AttnFwdParams prm = make_params(r, p, workspace, stream);
+    harness::poison(prm.o, p.s.elems() * dtype_bytes(r.dtype), stream);
+    harness::poison(prm.lse, p.s.rows() * sizeof(float), stream);
+    r.run(prm);
+    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaGetLastError());
+
+    std::vector<harness::TensorCheck> checks(2);
+    checks[0] = {"o", std::vector<float>(p.s.elems()), x.o_ref.data(), p.o_ranges};
+    checks[1] = {"lse", std::vector<float>(p.s.rows()), x.lse_ref.data(), p.lse_ranges, /*stored_bf16=*/false};
+    if (r.dtype == DType::F32) {
+        cudaCheck(cudaMemcpy(checks[0].got.data(), prm.o, p.s.elems() * 4, cudaMemcpyDeviceToHost));
+    } else {
+        std::vector<uint16_t> bits(p.s.elems());
+        cudaCheck(cudaMemcpy(bits.data(), prm.o, p.s.elems() * 2, cudaMemcpyDeviceToHost));
+        for (size_t e = 0; e < bits.size(); e++) checks[0].got[e] = harness::bf16_to_float(bits[e]);
+    }
+    cudaCheck(cudaMemcpy(checks[1].got.data(), prm.lse, p.s.rows() * 4, cudaMemcpyDeviceToHost));
+
+    const std::string label = rung_label(r) + " " + p.s.str() + ", oracle on " + p.coverage();
+    const harness::Rule rule = r.dtype == DType::F32 ? harness::Rule::Fp32
+                               : is_baseline         ? harness::Rule::Bf16Baseline
+                                                     : harness::Rule::Bf16;
+    harness::Verdict v = harness::validate(label, checks, rule, x.baseline ? &*x.baseline : nullptr);
+    if (is_baseline) {
+        x.baseline = v.tensors;
+        x.baseline_ok = v.ok;
+    } else if (r.dtype == DType::BF16 && !x.baseline_ok) {
+        printf("  %s: FAIL (its baseline, the naive bf16 rung, failed its own check)\n", label.c_str());
+        return false;
+    }
+    return v.ok;
+}
+
+struct Measured {
+    double ms = 0, tflops = 0;
+    int reps = 0;
+};
+
+Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stream, double budget_s) {
+    const AttnFwdParams prm = make_params(r, p, workspace, stream);
+    harness::BenchOpts opts;
+    opts.budget_s = budget_s;
+    const harness::Timing t = harness::benchmark([&] { r.run(prm); }, stream, opts);
+    Measured m{t.median_ms, attention_forward_flops(p.s.B, p.s.NH, p.s.T, p.s.HS) / (t.median_ms * 1e9), t.reps};
+    printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)", rung_label(r).c_str(),
+           p.s.str().c_str(), m.ms, m.tflops, 100 * m.tflops / kPeakBf16, kPeakBf16);
+    if (r.dtype == DType::F32) printf("  %.1f%% of %.0f (fp32 non-tensor peak, datasheet)", 100 * m.tflops / kPeakFp32, kPeakFp32);
+    printf("  [median of %d, L2 flushed]\n", m.reps);
+    return m;
+}
+
+// ---- command line ----
+int parse_int(const char* s, const char* what, int lo, int hi) {
+    char* end = nullptr;
+    const long x = strtol(s, &end, 10);
+    if (!*s || *end || x < lo || x > hi) fail("%s: expected an integer in [%d, %d], got '%s'", what, lo, hi, s);
+    return (int)x;
+}
+
+std::string now_utc() {
+    const std::time_t t = std::time(nullptr);
+    char b[64];
+    std::strftime(b, sizeof b, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+    return b;
+}
+
+std::string card_name() {
+    int dev;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
+}
+
+int cmd_list() {
+    printf("%-3s %-5s %-22s %-16s %-14s %s\n", "id", "dtype", "file", "name", "head dims", "workspace at (8,12,1024,64)");
+    for (const Rung& r : RUNGS) {
+        std::string dims;
+        for (int hs : {32, 64, 96, 128, 256})
+            if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
+        printf("%-3d %-5s %-22s %-16s %-14s %.1f MB\n", r.id, dtype_name(r.dtype), r.file, r.name, dims.c_str(),
+               workspace_of(r, {8, 12, 1024, 64}) / 1e6);
+    }
+    return 0;
+}
+
+// ---- bench: the whole ladder on the anchor shapes, written as CSV, markdown and PNG ----
+struct Cell {              // one rung on one shape
+    std::string status;    // "ok", "FAIL", "skip: <why>"
+    Measured m;
+};
+
+void write_file_atomic(const std::string& path, const std::string& text) {  // never a half-written file
+    const std::string tmp = path + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "wb");
+    if (!f) fail("%s: cannot write", tmp.c_str());
+    const bool ok = fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (fclose(f) != 0 || !ok) fail("%s: write failed", tmp.c_str());
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("%s: cannot rename to %s", tmp.c_str(), path.c_str());
+}
+
+std::string fmt_tflops(double x) {
+    char b[32];
+    snprintf(b, sizeof b, x < 10 ? "%.2f" : x < 100 ? "%.1f" : "%.0f", x);
+    return b;
+}
+
+struct BenchReport {
+    std::string card, date, command;
+    std::vector<Shape> shapes;
+    std::vector<std::string> coverage;        // per shape: heads the oracle checked
+    std::vector<const Rung*> rungs;
+    std::vector<std::vector<Cell>> cells;     // [shape][rung]
+    std::optional<harness::Anchors> anchors;
+    const harness::AnchorRow* anchor(size_t si, const char* backend) const {
+        const Shape& s = shapes[si];
+        return anchors ? anchors->find(s.B, s.NH, s.T, s.HS, backend) : nullptr;
+    }
+};
+
+std::string report_csv(const BenchReport& R) {
+    std::string out = "# attention forward ladder, causal; TFLOP/s by the FlashAttention convention 4*B*H*T^2*D/2\n";
+    out += "# card: " + R.card + ", date: " + R.date + ", command: " + R.command + "\n";
+    if (R.anchors) out += "# anchors (same GPU session): " + R.anchors->header + "\n";
+    out += "B,H,T,D,rung,file,name,dtype,status,ms,tflops,pct_of_790_bf16,pct_of_67_fp32,reps,oracle_heads\n";
+    char b[512];
+    for (size_t si = 0; si < R.shapes.size(); si++) {
+        const Shape& s = R.shapes[si];
+        for (size_t ri = 0; ri < R.rungs.size(); ri++) {
+            const Rung& r = *R.rungs[ri];
+            const Cell& c = R.cells[si][ri];
+            std::string status = c.status;
+            std::replace(status.begin(), status.end(), ',', ';');
+            const bool ok = c.status == "ok";
+            char pct32[32] = "";  // % of the fp32 peak: fp32 rungs only
+            if (ok && r.dtype == DType::F32) snprintf(pct32, sizeof pct32, "%.3f", 100 * c.m.tflops / kPeakFp32);
+            if (ok)
+                snprintf(b, sizeof b, "%d,%d,%d,%d,%d,%s,%s,%s,ok,%.5f,%.3f,%.3f,%s,%d,%s\n", s.B, s.NH, s.T, s.HS, r.id,
+                         r.file, r.name, dtype_name(r.dtype), c.m.ms, c.m.tflops, 100 * c.m.tflops / kPeakBf16, pct32,
+                         c.m.reps, R.coverage[si].c_str());
+            else
+                snprintf(b, sizeof b, "%d,%d,%d,%d,%d,%s,%s,%s,%s,,,,,,%s\n", s.B, s.NH, s.T, s.HS, r.id, r.file, r.name,
+                         dtype_name(r.dtype), status.c_str(), R.coverage[si].c_str());
+            out += b;
+        }
+        for (const char* backend : {"flash", "cudnn"}) {
+            if (const harness::AnchorRow* a = R.anchor(si, backend)) {
+                snprintf(b, sizeof b, "%d,%d,%d,%d,anchor,sdpa_bench.py,%s,bf16,ok,%.5f,%.3f,%.3f,,,\n", s.B, s.NH, s.T,
+                         s.HS, backend, a->fwd_ms, a->fwd_tflops, 100 * a->fwd_tflops / kPeakBf16);
+                out += b;
+            }
+        }
+    }
+    return out;
+}
+
+std::string report_md(const BenchReport& R) {
+    std::string out = "Attention forward, causal, **TFLOP/s** (FlashAttention count 4·B·H·T²·D/2; higher is better).  \n";
+    out += "Card: " + R.card + " · " + R.date + " · `" + R.command + "`\n\n| rung | dtype |";
+    std::string rule = "|---|---|";
+    for (const Shape& s : R.shapes) { out += " " + s.str() + " |"; rule += "--:|"; }
+    out += "\n" + rule + "\n";
+    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
+        const Rung& r = *R.rungs[ri];
+        out += "| " + std::to_string(r.id) + " " + r.name + " | " + dtype_name(r.dtype) + " |";
+        for (size_t si = 0; si < R.shapes.size(); si++) {
+            const Cell& c = R.cells[si][ri];
+            out += " " + (c.status == "ok" ? fmt_tflops(c.m.tflops) : c.status == "FAIL" ? std::string("FAIL") : std::string("skipped")) + " |";
+        }
+        out += "\n";
+    }
+    if (R.anchors) {
+        for (auto [backend, label] : {std::pair{"flash", "PyTorch flash (FA2)"}, std::pair{"cudnn", "cuDNN"}}) {
+            out += std::string("| ") + label + " | bf16 |";
+            for (size_t si = 0; si < R.shapes.size(); si++) {
+                const harness::AnchorRow* a = R.anchor(si, backend);
+                out += " " + (a ? fmt_tflops(a->fwd_tflops) : std::string("not measured")) + " |";
+            }
+            out += "\n";
+        }
+        out += "| best rung ÷ cuDNN | |";
+        for (size_t si = 0; si < R.shapes.size(); si++) {
+            const harness::AnchorRow* a = R.anchor(si, "cudnn");
+            int best = -1;
+            for (size_t ri = 0; ri < R.rungs.size(); ri++)
+                if (R.cells[si][ri].status == "ok" && (best < 0 || R.cells[si][ri].m.tflops > R.cells[si][best].m.tflops)) best = (int)ri;
+            char b[64] = "–";
+            if (a && a->fwd_tflops > 0 && best >= 0)
+                snprintf(b, sizeof b, "%.2f× (%d)", R.cells[si][best].m.tflops / a->fwd_tflops, R.rungs[best]->id);
+            out += std::string(" ") + b + " |";
+        }
+        out += "\n";
+    }
+    out += "\nEach rung was validated against the CPU oracle (llmc/ref, double) on the same fresh inputs before timing "
+           "(fp32: relative error ≤ 1e-5; bf16: max error ≤ 2× the naive bf16 rung's + half an ulp); heads checked per "
+           "shape:";
+    for (size_t si = 0; si < R.shapes.size(); si++) out += (si ? ", " : " ") + R.shapes[si].str() + " " + R.coverage[si];
+    out += ". Timing: CUDA events, median of up to 100 runs, L2 flushed before each. ";
+    out += R.anchors ? "Anchors: `sdpa_bench.py` in the same GPU session (" + R.anchors->header + ")."
+                     : "Anchors: not measured in this run (no `--anchors`).";
+    return out + "\n";
+}
+
+void report_png(const BenchReport& R, const std::string& path) {
+    plot::BarChart c;
+    c.title = "Attention forward, causal: TFLOP/s (log scale)";
+    c.subtitle = R.card + " - " + R.date;
+    c.footnote = R.command;
+    for (const Shape& s : R.shapes) c.groups.push_back(s.str());
+    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
+        c.series.push_back(std::to_string(R.rungs[ri]->id) + " " + R.rungs[ri]->name + " " + dtype_name(R.rungs[ri]->dtype));
+        c.values.emplace_back();
+        for (size_t si = 0; si < R.shapes.size(); si++)
+            c.values.back().push_back(R.cells[si][ri].status == "ok" ? R.cells[si][ri].m.tflops : NAN);
+    }
+    if (R.anchors)
+        for (auto [backend, label] : {std::pair{"flash", "PyTorch FA2"}, std::pair{"cudnn", "cuDNN"}}) {
+            c.series.push_back(label);
+            c.values.emplace_back();
+            for (size_t si = 0; si < R.shapes.size(); si++) {
+                const harness::AnchorRow* a = R.anchor(si, backend);
+                c.values.back().push_back(a ? a->fwd_tflops : NAN);
+            }
+        }
+    plot::write_bar_chart_png(path, c);
+}
+
+int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] = "bench"
+    std::string anchors_path, out_dir = "doc";
+    std::vector<int> only;
+    uint64_t seed = std::random_device{}();
+    for (int i = 1; i < argc; i++) {
+        const bool has_value = i + 1 < argc;
+        if (!strcmp(argv[i], "--anchors") && has_value) anchors_path = argv[++i];
+        else if (!strcmp(argv[i], "--out") && has_value) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)parse_int(argv[++i], "--seed", 0, 2147483647);
+        else if (!strcmp(argv[i], "--rungs") && has_value) {
+            std::stringstream list(argv[++i]);
+            for (std::string tok; std::getline(list, tok, ',');) only.push_back(parse_int(tok.c_str(), "--rungs", 1, 1000));
+        } else fail("bench: unknown or incomplete argument '%s'", argv[i]);
+    }
+    BenchReport R;
+    if (!anchors_path.empty()) R.anchors = harness::parse_sdpa_log(anchors_path);  // bad file: fail before the long run
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec || !std::filesystem::is_directory(out_dir)) fail("--out %s: cannot create the directory", out_dir.c_str());
+    R.card = card_name();
+    R.date = now_utc();
+    R.command = command;
+    for (const Rung& r : RUNGS)
+        if (only.empty() || std::count(only.begin(), only.end(), r.id)) R.rungs.push_back(&r);
+    if (R.rungs.empty()) fail("--rungs: none of those rungs exist (see --list)");
+    printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", R.card.c_str(), (unsigned long long)seed, R.rungs.size(),
+           std::size(kAnchorShapes));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    int failed = 0;
+    for (const Shape& s : kAnchorShapes) {
+        R.shapes.push_back(s);
+        Problem p(s, seed + R.shapes.size());
+        R.coverage.push_back(p.coverage());
+        R.cells.emplace_back();
+        printf("== %s: the oracle checks %s fully (a random subset on big shapes keeps the CPU time bounded)\n",
+               s.str().c_str(), p.coverage().c_str());
+        for (const Rung* r : R.rungs) {
+            Cell cell;
+            if (!r->supports(s.HS)) {
+                cell.status = "skip: head dim " + std::to_string(s.HS) + " not supported";
+            } else {
+                try {
+                    DeviceBuffer ws(workspace_of(*r, s), "workspace");
+                    if (!check_rung(*r, p, ws.p, stream)) {
+                        cell.status = "FAIL";
+                        failed++;
+                    } else {
+                        cell.m = time_rung(*r, p, ws.p, stream, 0.5);
+                        cell.status = "ok";
+                    }
+                } catch (const Error& e) {  // e.g. the naive rung's T×T buffers do not fit: skip, say why
+                    cell.status = std::string("skip: ") + e.what();
+                }
+            }
+            if (cell.status != "ok") printf("  %s %s: %s\n", rung_label(*r).c_str(), s.str().c_str(), cell.status.c_str());
+            R.cells.back().push_back(cell);
+        }
+    }
+    cudaCheck(cudaStreamDestroy(stream));
+    const std::string base = out_dir + "/attention_forward";
+    write_file_atomic(base + ".csv", report_csv(R));
+    write_file_atomic(base + ".md", report_md(R));
+    report_png(R, base + ".png");
+    printf("wrote %s.csv, %s.md, %s.png\n", base.c_str(), base.c_str(), base.c_str());
+    if (failed) printf("bench: %d rung x shape validations FAILED (marked FAIL in the tables)\n", failed);
+    return failed ? 1 : 0;
+}
+
+int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
+    if (argc < 2) fail("usage: runner fwd V [B NH T HS] [--seed S]");
+    const int id = parse_int(argv[1], "fwd V", 1, 1000);
+    std::vector<const Rung*> rungs;
+    for (const Rung& r : RUNGS)
+        if (r.id == id) rungs.push_back(&r);
+    if (rungs.empty()) fail("fwd: there is no rung %d (see --list)", id);
+    std::vector<int> pos;
+    uint64_t seed = std::random_device{}();
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int(argv[++i], "--seed", 0, 2147483647);
+        else pos.push_back(parse_int(argv[i], "fwd B/NH/T/HS", 1, 1 << 24));
+    }
+    if (!pos.empty() && pos.size() != 4) fail("fwd: give all four of B NH T HS, or none");
+    std::vector<Shape> checks;  // validated in order; the last one is also timed
+    if (pos.empty()) {
+        for (int hs : {64, 128})
+            for (Shape s : {Shape{1, 1, 1, hs}, Shape{1, 2, 2, hs}, Shape{2, 3, 17, hs}, Shape{1, 2, 65, hs},
+                            Shape{2, 2, 257, hs}, Shape{1, 1, 1000, hs}})
+                checks.push_back(s);
+        checks.push_back({8, 12, 1024, 64});
+    } else {
+        const Shape s{pos[0], pos[1], pos[2], pos[3]};
+        if ((size_t)s.B * s.NH > 65535) fail("fwd: B·NH = %zu exceeds 65535 (the rungs put it in grid.y)", (size_t)s.B * s.NH);
+        if (s.elems() >= (1ull << 31)) fail("fwd: B·NH·T·HS = %zu elements: this runner stays below 2^31", s.elems());
+        checks.push_back(s);
+    }
+    printf("card: %s, seed %llu\n", card_name().c_str(), (unsigned long long)seed);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    bool all_ok = true;
+    for (size_t c = 0; c < checks.size(); c++) {
+        const Shape& s = checks[c];
+        Problem p(s, seed + c);
+        for (const Rung* r : rungs) {
+            if (!r->supports(s.HS)) {
+                printf("%s: skip %s (head dim %d not supported)\n", rung_label(*r).c_str(), s.str().c_str(), s.HS);
+                if (!pos.empty()) all_ok = false;
+                continue;
+            }
+            DeviceBuffer ws(workspace_of(*r, s), "workspace");
+            const bool ok = check_rung(*r, p, ws.p, stream);
+            all_ok = all_ok && ok;
+            if (ok && c + 1 == checks.size()) time_rung(*r, p, ws.p, stream, 1.0);
+        }
+    }
+    cudaCheck(cudaStreamDestroy(stream));
+    printf(all_ok ? "fwd %d: all checks passed\n" : "fwd %d: FAILED (see FAIL lines above)\n", id);
+    return all_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    return run_main([&] {
+        std::string command = "./dev/attention/runner";
+        for (int i = 1; i < argc; i++) command += std::string(" ") + argv[i];
+        if (argc >= 2 && !strcmp(argv[1], "--list")) return cmd_list();
+        if (argc >= 2 && !strcmp(argv[1], "fwd")) return cmd_fwd(argc - 1, argv + 1);
+        if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1, command);
+        fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]");
+    });
+}
