@@ -123,7 +123,12 @@ build/test_gpu_%:
 dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 
-CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 dev/attention/runner
+# The Hopper self-test checks rung 7's data path alone (TMA, swizzle, wgmma descriptors): run it when rung 7 fails.
+build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu dev/attention/forward/hopper_ptx.cuh
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $< -o $@
+
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 dev/attention/runner build/hopper_ptx_selftest
 
 # cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
 cuda: $(CUDA_BINS)

@@ -18,7 +18,6 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT" build
 R=./dev/attention/runner
 [[ -x $R ]] || { echo "no $R: the build failed (see build.log)"; exit 1; }
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 t_start=$(date +%s)
@@ -38,12 +37,6 @@ run() {  # run SECONDS command...: echo it, run it under a time limit, count fai
 
 exec > >(tee build/21_log.txt) 2>&1  # a copy of everything, for the summary at the end
 
-# The self-test is not part of `make cuda`: build it in the background while rungs 5 and 6 run.
-( timeout 300 "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. \
-      dev/attention/forward/hopper_ptx_selftest.cu -o build/hopper_ptx_selftest > build/21_selftest_build.log 2>&1
-  echo $? > build/21_selftest_build.rc ) &
-selftest_build=$!
-
 check_rung() {  # edge shapes: the runner's list ((1,1,1), (1,2,2), (2,3,17), (1,2,65), (2,2,257), (1,1,1000)
                 # at HS 64 and 128, then (8,12,1024,64) timed) and six heads at T = 1000; then the GPT-2
                 # training shape, validated and timed
@@ -58,11 +51,10 @@ check_rung 6
 run 90 $R fwd 6 4 12 4096 64
 
 echo "== 2. rung 7: the Hopper self-test first, then the same checks =="
-wait $selftest_build
-if [[ "$(cat build/21_selftest_build.rc 2>/dev/null)" == 0 ]]; then
+if [[ -x build/hopper_ptx_selftest ]]; then   # built by `make cuda`
     run 30 ./build/hopper_ptx_selftest
 else
-    echo "!! the self-test did not build:"; tail -20 build/21_selftest_build.log
+    echo "!! build/hopper_ptx_selftest is missing: see build.log"
     fails=$((fails + 1))
 fi
 check_rung 7
