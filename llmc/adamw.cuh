@@ -1,0 +1,178 @@
+// AdamW (Loshchilov & Hutter 2019) with bias correction, as llm.c and llmc/ref/adamw.h apply it:
+//   g = grad * grad_scale (clipping)    m = b1 m + (1-b1) g    v = b2 v + (1-b2) g^2
+//   p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)      (wd only on the decayed tensors)
+// State (m, v) and master weights are fp32; in the BF16 build params = round(master) after each step.
+// And the global gradient norm for clipping: sum of squares, deterministic (fixed-order reductions).
+//
+// naive: one launch per parameter tensor (16 for GPT-2), each with its own weight decay; the norm likewise.
+// flash: one launch over the whole flat parameter buffer; each thread finds its tensor (<= 16 offsets, in
+//        the kernel's parameter space) for the decay flag. Same arithmetic, 16x fewer launches and tails.
+#pragma once
+#include <array>
+#include <cmath>
+
+#include "llmc/config.h"
+#include "llmc/error.h"
+#include "llmc/kernel_common.cuh"
+
+namespace flashgpt2 {
+
+// Where each parameter tensor lives in the flat buffer and whether AdamW decays it.
+struct ParamLayout {
+    int count = 0;
+    std::array<size_t, NUM_PARAMETER_TENSORS + 1> offset{};  // tensor i is [offset[i], offset[i+1])
+    std::array<bool, NUM_PARAMETER_TENSORS> decay{};
+
+    size_t total() const { return offset[count]; }
+    static ParamLayout gpt2(const GPT2Config& cfg) {
+        ParamLayout p;
+        p.count = NUM_PARAMETER_TENSORS;
+        auto sizes = parameter_sizes(cfg);
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            p.offset[i + 1] = p.offset[i] + sizes[i];
+            p.decay[i] = parameter_decays(i);
+        }
+        return p;
+    }
+};
+
+struct AdamWHyper {
+    float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+    int t = 1;                // step, from 1 (bias correction)
+    float grad_scale = 1.0f;  // min(1, clip / grad_norm), applied to every gradient before the moments
+};
+
+// The per-step constants, computed on the host as llmc/ref does.
+struct AdamWStep {
+    float lr, beta1, beta2, eps, c1, c2, grad_scale;
+};
+inline AdamWStep adamw_step_constants(const AdamWHyper& hp) {
+    if (hp.t < 1) fail("adamw_update: step t=%d must start at 1 (bias correction divides by 1 - beta^t)", hp.t);
+    return {hp.lr, hp.beta1, hp.beta2, hp.eps, 1.0f - std::pow(hp.beta1, (float)hp.t),
+            1.0f - std::pow(hp.beta2, (float)hp.t), hp.grad_scale};
+}
+
+// One parameter. master == nullptr: params (fp32 build) hold the weights themselves.
+__device__ __forceinline__ void adamw_one(float* master, floatX* params, const floatX* grads, float* m, float* v,
+                                          size_t i, const AdamWStep& s, float wd) {
+    const float g = to_float(grads[i]) * s.grad_scale;
+    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master ? master[i] : to_float(params[i]);
+    p -= s.lr * ((mi / s.c1) / (sqrtf(vi / s.c2) + s.eps) + wd * p);
+    if (master) master[i] = p;
+    params[i] = from_float<floatX>(p);
+}
+
+inline void adamw_check(const float* master) {
+#if !defined(ENABLE_FP32)
+    if (!master) fail("adamw_update: the BF16 build needs fp32 master weights (master == nullptr)");
+#else
+    (void)master;
+#endif
+}
+
+// ---- naive: one launch per tensor ----
+
+static __global__ void adamw_tensor_naive_kernel(float* master, floatX* params, const floatX* grads, float* m, float* v,
+                                          size_t n, AdamWStep s, float wd) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) adamw_one(master, params, grads, m, v, i, s, wd);
+}
+
+inline void adamw_update_naive(float* master, floatX* params, const floatX* grads, float* m, float* v,
+                               const ParamLayout& layout, const AdamWHyper& hp, cudaStream_t stream) {
+    adamw_check(master);
+    const AdamWStep s = adamw_step_constants(hp);
+    for (int t = 0; t < layout.count; t++) {
+        const size_t off = layout.offset[t], n = layout.offset[t + 1] - off;
+        if (n == 0) continue;
+        adamw_tensor_naive_kernel<<<grid_for(n, 256), 256, 0, stream>>>(master ? master + off : nullptr, params + off,
+                                                                        grads + off, m + off, v + off, n, s,
+                                                                        layout.decay[t] ? hp.weight_decay : 0.0f);
+        cudaCheckLaunch();
+    }
+}
+
+// ---- flash: one launch over all parameters ----
+
+struct ParamLayoutDevice {  // ParamLayout, passed by value to the kernel
+    int count;
+    size_t offset[NUM_PARAMETER_TENSORS + 1];
+    float wd[NUM_PARAMETER_TENSORS];
+};
+
+static __global__ void adamw_flash_kernel(float* master, floatX* params, const floatX* grads, float* m, float* v,
+                                   ParamLayoutDevice layout, AdamWStep s) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= layout.offset[layout.count]) return;
+    int t = 0;
+    while (i >= layout.offset[t + 1]) t++;  // which tensor: <= 16 compares
+    adamw_one(master, params, grads, m, v, i, s, layout.wd[t]);
+}
+
+inline void adamw_update_flash(float* master, floatX* params, const floatX* grads, float* m, float* v,
+                               const ParamLayout& layout, const AdamWHyper& hp, cudaStream_t stream) {
+    adamw_check(master);
+    ParamLayoutDevice d{};
+    d.count = layout.count;
+    for (int t = 0; t <= layout.count; t++) d.offset[t] = layout.offset[t];
+    for (int t = 0; t < layout.count; t++) d.wd[t] = layout.decay[t] ? hp.weight_decay : 0.0f;
+    const size_t n = layout.total();
+    if (n == 0) return;
+    adamw_flash_kernel<<<grid_for(n, 256), 256, 0, stream>>>(master, params, grads, m, v, d, adamw_step_constants(hp));
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Global gradient norm (squared). Partial sums per block (a fixed grid: the same split every run), then
+// one block adds the partials in a fixed order: deterministic.
+
+constexpr int NORM_BLOCKS = 512, NORM_THREADS = 512;
+
+inline size_t global_norm_workspace_bytes(Variant v) {
+    return ws_round((size_t)(v == Variant::naive ? NUM_PARAMETER_TENSORS : 1) * NORM_BLOCKS * sizeof(float));
+}
+
+static __global__ void __launch_bounds__(NORM_THREADS)
+    norm_squared_partial_kernel(float* partial, const floatX* g, size_t n) {
+    float s = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = to_float(g[i]);
+        s += x * x;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+static __global__ void __launch_bounds__(NORM_THREADS) norm_squared_final_kernel(float* out, const float* partial, int count) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+inline void global_norm_squared_naive(float* out, void* ws, const floatX* grads, const ParamLayout& layout,
+                                      cudaStream_t stream) {
+    float* partial = WorkspaceCarver(ws).take<float>((size_t)NUM_PARAMETER_TENSORS * NORM_BLOCKS);  // (16, NORM_BLOCKS)
+    for (int t = 0; t < layout.count; t++) {  // one launch per tensor
+        norm_squared_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(
+            partial + (size_t)t * NORM_BLOCKS, grads + layout.offset[t], layout.offset[t + 1] - layout.offset[t]);
+        cudaCheckLaunch();
+    }
+    norm_squared_final_kernel<<<1, NORM_THREADS, 0, stream>>>(out, partial, layout.count * NORM_BLOCKS);
+    cudaCheckLaunch();
+}
+
+inline void global_norm_squared_flash(float* out, void* ws, const floatX* grads, const ParamLayout& layout,
+                                      cudaStream_t stream) {
+    float* partial = WorkspaceCarver(ws).take<float>(NORM_BLOCKS);  // (NORM_BLOCKS)
+    norm_squared_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(partial, grads, layout.total());
+    cudaCheckLaunch();
+    norm_squared_final_kernel<<<1, NORM_THREADS, 0, stream>>>(out, partial, NORM_BLOCKS);
+    cudaCheckLaunch();
+}
+
+}  // namespace flashgpt2

@@ -1,0 +1,114 @@
+// Classifier: logits (N, Vp) -> softmax over the V real columns -> cross-entropy loss against the target
+// -> dlogits = (softmax - onehot(target)) * dloss_scale, written over the logits. Padded columns V..Vp-1 are
+// ignored by the softmax and get zero gradient.
+//
+// naive: the probabilities are materialized: a softmax kernel writes probs (N, Vp) in fp32 to HBM (the
+//        biggest tensor of the whole model: 3.3 GB at B=16, T=1024), then a loss kernel reads
+//        probs[target], then a gradient kernel reads probs again and writes dlogits.
+// flash: one block per row does it all: one read of the row with an online softmax (running max m and
+//        running sum l, rescaled when m grows), the loss from lse = m + log l, and a second read of the row
+//        (from L2) to write dlogits in place. The (N, Vp) probabilities never exist.
+#pragma once
+#include "llmc/error.h"
+#include "llmc/kernel_common.cuh"
+
+namespace flashgpt2 {
+
+inline size_t classifier_workspace_bytes(Variant v, int N, int Vp) {
+    return v == Variant::naive ? ws_round((size_t)N * Vp * sizeof(float)) : 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// naive
+
+// One block per row: max pass, sum pass, then probs written out (fp32).
+static __global__ void classifier_softmax_naive_kernel(float* probs, const floatX* logits, int V, int Vp) {
+    const size_t row = (size_t)blockIdx.x * Vp;
+    float m = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, to_float(logits[row + v]));
+    m = block_max(m);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_float(logits[row + v]) - m);
+    s = block_sum(s);
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x)
+        probs[row + v] = v < V ? expf(to_float(logits[row + v]) - m) / s : 0.0f;
+}
+
+static __global__ void classifier_loss_naive_kernel(float* losses, const float* probs, const int* targets, int N, int Vp) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;  // one row per thread
+    if (n < N) losses[n] = -logf(probs[(size_t)n * Vp + targets[n]]);
+}
+
+static __global__ void classifier_dlogits_naive_kernel(floatX* dlogits, const float* probs, const int* targets, int N, int V,
+                                                int Vp, float dloss_scale) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element per thread
+    if (idx >= (size_t)N * Vp) return;
+    int n = (int)(idx / Vp), v = (int)(idx % Vp);
+    float g = v < V ? (probs[idx] - (v == targets[n] ? 1.0f : 0.0f)) * dloss_scale : 0.0f;
+    dlogits[idx] = from_float<floatX>(g);
+}
+
+inline void classifier_naive(floatX* logits, float* losses, void* ws, const int* targets, int N, int V, int Vp,
+                             float dloss_scale, bool write_dlogits, cudaStream_t stream) {
+    float* probs = WorkspaceCarver(ws).take<float>((size_t)N * Vp);  // (N, Vp) fp32, in HBM
+    classifier_softmax_naive_kernel<<<N, 512, 0, stream>>>(probs, logits, V, Vp);
+    cudaCheckLaunch();
+    classifier_loss_naive_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(losses, probs, targets, N, Vp);
+    cudaCheckLaunch();
+    if (write_dlogits) {
+        classifier_dlogits_naive_kernel<<<grid_for((size_t)N * Vp, 256), 256, 0, stream>>>(logits, probs, targets, N, V,
+                                                                                          Vp, dloss_scale);
+        cudaCheckLaunch();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// flash
+
+constexpr int CLASSIFIER_THREADS = 512;
+
+static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    classifier_flash_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss_scale,
+                            bool write_dlogits) {
+    floatX* x = logits + (size_t)blockIdx.x * Vp;  // this row, (Vp)
+    const int target = targets[blockIdx.x];
+    const float x_target = to_float(x[target]);  // read before any thread overwrites the row (barriers below)
+
+    // Pass 1: online softmax over this thread's 16-byte chunks: m = running max, l = sum of exp(x - m).
+    float m = -INFINITY, l = 0.0f;
+    for (int v0 = threadIdx.x * X128; v0 < V; v0 += blockDim.x * X128) {
+        Packed128<floatX> c = load128(x + v0);
+        for (int e = 0; e < X128 && v0 + e < V; e++) {
+            float xv = to_float(c[e]);
+            if (xv > m) { l *= expf(m - xv); m = xv; }  // the max grew: rescale what was summed so far
+            l += expf(xv - m);
+        }
+    }
+    const float m_row = block_max(m);
+    const float l_row = block_sum(l * expf(m - m_row));  // each thread's sum rescaled to the row's max
+    const float lse = m_row + logf(l_row);
+    if (threadIdx.x == 0) losses[blockIdx.x] = lse - x_target;
+    if (!write_dlogits) return;
+
+    // Pass 2: dlogits in place (the block_sum barriers above ordered every read of pass 1 before this).
+    for (int v0 = threadIdx.x * X128; v0 < Vp; v0 += blockDim.x * X128) {
+        Packed128<floatX> c = load128(x + v0);
+        for (int e = 0; e < X128; e++) {
+            int v = v0 + e;
+            float g = v < V ? (expf(to_float(c[e]) - lse) - (v == target ? 1.0f : 0.0f)) * dloss_scale : 0.0f;
+            c[e] = from_float<floatX>(g);
+        }
+        store128(x + v0, c);
+    }
+}
+
+inline void classifier_flash(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+                             float dloss_scale, bool write_dlogits, cudaStream_t stream) {
+    if (Vp % X128 != 0 || !aligned16(logits))
+        fail("classifier_flash: padded vocab %d must be a multiple of %d and logits 16-byte aligned", Vp, X128);
+    classifier_flash_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, V, Vp, dloss_scale,
+                                                                   write_dlogits);
+    cudaCheckLaunch();
+}
+
+}  // namespace flashgpt2

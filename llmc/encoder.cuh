@@ -1,0 +1,147 @@
+// Encoder: token embedding + position embedding. out[b,t,:] = wte[inp[b,t],:] + wpe[t,:].
+//
+// naive: one thread per output element; the backward scatters dout into dwte/dwpe with atomicAdd. Tokens
+//        repeat (" the", "\n"), so many threads add into the same dwte row: the order of those float adds
+//        varies from run to run, and so do the last bits of the result. That is the lesson: atomics are
+//        easy, but they cost determinism (and, in bf16, every add rounds).
+// flash: one thread per 16 bytes in the forward. The backward is deterministic: sort the positions by token
+//        (a stable radix sort keeps each token's positions in ascending order), then one block per run of
+//        equal tokens sums that token's dout rows in that fixed order, in fp32, and adds once into dwte.
+//        dwpe[t] sums over b in order, one thread per (t, c).
+#pragma once
+#include <cub/device/device_radix_sort.cuh>
+
+#include "llmc/error.h"
+#include "llmc/kernel_common.cuh"
+
+namespace flashgpt2 {
+
+// ---- forward ----
+
+static __global__ void encoder_forward_naive_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                             int N, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element of out (N, C)
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C), t = n % T;
+    out[idx] = from_float<floatX>(to_float(wte[(size_t)inp[n] * C + c]) + to_float(wpe[(size_t)t * C + c]));
+}
+
+static __global__ void encoder_forward_flash_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                             int N, int T, int C) {
+    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;  // first of X128 elements
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C), t = n % T;  // C % X128 == 0: the 16 bytes stay in one row
+    Packed128<floatX> e = load128(wte + (size_t)inp[n] * C + c), p = load128(wpe + (size_t)t * C + c), o;
+    for (int k = 0; k < X128; k++) o[k] = from_float<floatX>(to_float(e[k]) + to_float(p[k]));
+    store128(out + idx, o);
+}
+
+inline void encoder_forward_naive(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T,
+                                  int C, cudaStream_t stream) {
+    const int block = 256;
+    encoder_forward_naive_kernel<<<grid_for((size_t)B * T * C, block), block, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    cudaCheckLaunch();
+}
+
+inline void encoder_forward_flash(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T,
+                                  int C, cudaStream_t stream) {
+    if (C % X128 != 0) fail("encoder_forward_flash: channels %d must be a multiple of %d", C, X128);
+    if (!aligned16(out) || !aligned16(wte) || !aligned16(wpe)) fail("encoder_forward_flash: buffers must be 16-byte aligned");
+    const int block = 256;
+    encoder_forward_flash_kernel<<<grid_for((size_t)B * T * C / X128, block), block, 0, stream>>>(out, inp, wte, wpe,
+                                                                                                 B * T, T, C);
+    cudaCheckLaunch();
+}
+
+// ---- backward, naive: atomics ----
+
+static __global__ void encoder_backward_naive_kernel(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int N,
+                                              int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element of dout (N, C)
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C), t = n % T;
+    floatX g = dout[idx];
+    atomicAdd(dwte + (size_t)inp[n] * C + c, g);  // many n share a token: the add order is up to the hardware
+    atomicAdd(dwpe + (size_t)t * C + c, g);       // B threads add into each (t, c)
+}
+
+inline void encoder_backward_naive(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T,
+                                   int C, cudaStream_t stream) {
+    const int block = 256;
+    encoder_backward_naive_kernel<<<grid_for((size_t)B * T * C, block), block, 0, stream>>>(dwte, dwpe, dout, inp,
+                                                                                          B * T, T, C);
+    cudaCheckLaunch();
+}
+
+// ---- backward, flash: sort by token, then a fixed-order sum per token ----
+
+// Bits that hold every token id < Vp (16 for GPT-2's 50304): the radix sort only looks at those.
+inline int encoder_sort_bits(int Vp) {
+    int bits = 1;
+    while ((1 << bits) < Vp) bits++;
+    return bits;
+}
+
+inline size_t encoder_sort_temp_bytes(int N, int Vp) {
+    size_t bytes = 0;
+    cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int*)nullptr, (int*)nullptr, (const int*)nullptr,
+                                              (int*)nullptr, N, 0, encoder_sort_bits(Vp)));
+    return bytes;
+}
+
+inline size_t encoder_backward_workspace_bytes(Variant v, int B, int T, int Vp) {
+    if (v == Variant::naive) return 0;
+    const size_t N = (size_t)B * T;
+    return 4 * ws_round(N * sizeof(int)) + ws_round(encoder_sort_temp_bytes((int)N, Vp));
+}
+
+static __global__ void encoder_sort_init_kernel(int* keys, int* positions, const int* inp, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) { keys[n] = inp[n]; positions[n] = n; }
+}
+
+// One block per sorted position i; only the block at the start of a run of equal tokens works: it sums
+// dout over the run, in ascending position order, for every channel, and adds the sum into dwte once.
+static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tokens_sorted,
+                                            const int* positions_sorted, int N, int C) {
+    const int i = blockIdx.x;
+    const int token = tokens_sorted[i];
+    if (i > 0 && tokens_sorted[i - 1] == token) return;  // not the first position of this token
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int j = i; j < N && tokens_sorted[j] == token; j++) sum += to_float(dout[(size_t)positions_sorted[j] * C + c]);
+        floatX* d = dwte + (size_t)token * C + c;
+        *d = from_float<floatX>(to_float(*d) + sum);
+    }
+}
+
+static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // one element (t, c) of dwpe
+    if (idx >= T * C) return;
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) sum += to_float(dout[(size_t)b * T * C + idx]);
+    dwpe[idx] = from_float<floatX>(to_float(dwpe[idx]) + sum);
+}
+
+inline void encoder_backward_flash(floatX* dwte, floatX* dwpe, void* ws, const floatX* dout, const int* inp, int B,
+                                   int T, int C, int Vp, cudaStream_t stream) {
+    const int N = B * T;
+    WorkspaceCarver carve(ws);
+    int* keys = carve.take<int>(N);           // (N) token of each position
+    int* positions = carve.take<int>(N);      // (N) 0..N-1
+    int* keys_sorted = carve.take<int>(N);    // (N) tokens, ascending
+    int* positions_sorted = carve.take<int>(N);  // (N) positions, ascending within each token (stable sort)
+    size_t temp_bytes = encoder_sort_temp_bytes(N, Vp);
+    void* temp = carve.take<char>(temp_bytes);
+
+    encoder_sort_init_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(keys, positions, inp, N);
+    cudaCheckLaunch();
+    cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, positions, positions_sorted, N, 0,
+                                              encoder_sort_bits(Vp), stream));
+    encoder_backward_wte_kernel<<<N, 256, 0, stream>>>(dwte, dout, keys_sorted, positions_sorted, N, C);
+    cudaCheckLaunch();
+    encoder_backward_wpe_kernel<<<ceil_div(T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    cudaCheckLaunch();
+}
+
+}  // namespace flashgpt2

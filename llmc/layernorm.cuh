@@ -1,0 +1,323 @@
+// LayerNorm over the channels of each row: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5).
+// mean and rstd (fp32, one per row) are saved for the backward.
+//
+// naive: the textbook passes, each its own kernel reading the row from HBM again: mean (a thread per row),
+//        variance (a thread per row), normalize (a thread per element). The backward likewise: row sums,
+//        then dinp, then dw/db with a thread per column looping over every row.
+// flash: one warp per row, the row read from HBM once into shared memory; mean, variance and the output
+//        come from there. residual_layernorm_forward_flash also fuses the residual add before it: the
+//        sum is written out (the residual stream) and normalized in the same pass. The backward is one
+//        kernel too: each warp caches its row, writes dinp, and accumulates dw/db per block; a small second
+//        kernel sums the per-block partials in a fixed order (deterministic, no atomics).
+//
+// Shared-memory layout of a warp's row cache: element e of the lane's it-th 16-byte chunk lives at
+// slot (it*X128 + e)*32 + lane, so the 32 lanes always touch 32 different banks.
+#pragma once
+#include "llmc/error.h"
+#include "llmc/kernel_common.cuh"
+
+namespace flashgpt2 {
+
+constexpr float LN_EPS = 1e-5f;
+
+// ---------------------------------------------------------------------------------------------------------
+// naive
+
+static __global__ void layernorm_mean_naive_kernel(float* mean, const floatX* inp, int N, int C) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;  // one row per thread
+    if (n >= N) return;
+    const floatX* x = inp + (size_t)n * C;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) s += to_float(x[c]);
+    mean[n] = s / C;
+}
+
+static __global__ void layernorm_rstd_naive_kernel(float* rstd, const float* mean, const floatX* inp, int N, int C) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;  // one row per thread, reading the row again
+    if (n >= N) return;
+    const floatX* x = inp + (size_t)n * C;
+    float m = mean[n], v = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = to_float(x[c]) - m;
+        v += d * d;
+    }
+    rstd[n] = 1.0f / sqrtf(v / C + LN_EPS);
+}
+
+static __global__ void layernorm_normalize_naive_kernel(floatX* out, const float* mean, const float* rstd, const floatX* inp,
+                                                 const floatX* w, const floatX* b, int N, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element per thread, reading it a third time
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C);
+    float norm = (to_float(inp[idx]) - mean[n]) * rstd[n];
+    out[idx] = from_float<floatX>(norm * to_float(w[c]) + to_float(b[c]));
+}
+
+inline void layernorm_forward_naive(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                                    const floatX* b, int N, int C, cudaStream_t stream) {
+    layernorm_mean_naive_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(mean, inp, N, C);
+    cudaCheckLaunch();
+    layernorm_rstd_naive_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(rstd, mean, inp, N, C);
+    cudaCheckLaunch();
+    layernorm_normalize_naive_kernel<<<grid_for((size_t)N * C, 256), 256, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+    cudaCheckLaunch();
+}
+
+// Backward, pass 1: per row, the two means the dinp formula needs.
+//   dnorm = dout * w;  m1 = mean(dnorm);  m2 = mean(dnorm * norm)
+static __global__ void layernorm_backward_rowsums_naive_kernel(float* m1, float* m2, const floatX* dout, const floatX* inp,
+                                                        const floatX* w, const float* mean, const float* rstd, int N,
+                                                        int C) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = 0; c < C; c++) {
+        size_t i = (size_t)n * C + c;
+        float norm = (to_float(inp[i]) - mean[n]) * rstd[n];
+        float dnorm = to_float(dout[i]) * to_float(w[c]);
+        s1 += dnorm;
+        s2 += dnorm * norm;
+    }
+    m1[n] = s1 / C;
+    m2[n] = s2 / C;
+}
+
+// Backward, pass 2: dinp += (dnorm - m1 - norm * m2) * rstd, one element per thread.
+static __global__ void layernorm_backward_dinp_naive_kernel(floatX* dinp, const float* m1, const float* m2,
+                                                     const floatX* dout, const floatX* inp, const floatX* w,
+                                                     const float* mean, const float* rstd, int N, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C);
+    float norm = (to_float(inp[idx]) - mean[n]) * rstd[n];
+    float dnorm = to_float(dout[idx]) * to_float(w[c]);
+    dinp[idx] = from_float<floatX>(to_float(dinp[idx]) + (dnorm - m1[n] - norm * m2[n]) * rstd[n]);
+}
+
+// Backward, pass 3: dw[c] += sum_n dout*norm, db[c] += sum_n dout, one column per thread.
+static __global__ void layernorm_backward_dwdb_naive_kernel(floatX* dw, floatX* db, const floatX* dout, const floatX* inp,
+                                                     const float* mean, const float* rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int n = 0; n < N; n++) {
+        size_t i = (size_t)n * C + c;
+        float g = to_float(dout[i]);
+        sw += g * (to_float(inp[i]) - mean[n]) * rstd[n];
+        sb += g;
+    }
+    dw[c] = from_float<floatX>(to_float(dw[c]) + sw);
+    db[c] = from_float<floatX>(to_float(db[c]) + sb);
+}
+
+inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, void* ws, const floatX* dout,
+                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                     int C, cudaStream_t stream) {
+    WorkspaceCarver carve(ws);
+    float* m1 = carve.take<float>(N);  // (N) mean(dnorm)
+    float* m2 = carve.take<float>(N);  // (N) mean(dnorm * norm)
+    layernorm_backward_rowsums_naive_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(m1, m2, dout, inp, w, mean, rstd, N, C);
+    cudaCheckLaunch();
+    layernorm_backward_dinp_naive_kernel<<<grid_for((size_t)N * C, 256), 256, 0, stream>>>(dinp, m1, m2, dout, inp, w,
+                                                                                          mean, rstd, N, C);
+    cudaCheckLaunch();
+    layernorm_backward_dwdb_naive_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// flash
+
+constexpr int LN_WARPS = 4;              // rows per block (one warp each)
+constexpr int LN_BWD_MAX_BLOCKS = 256;   // backward grid: rows are strided over at most this many blocks
+
+// Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
+__host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
+__device__ __forceinline__ int ln_slot(int it, int e, int lane) { return (it * X128 + e) * 32 + lane; }
+
+inline void ln_check(const char* who, int C, size_t smem) {
+    if (C % X128 != 0) fail("%s: channels %d must be a multiple of %d", who, C, X128);
+    if (smem > 227 * 1024) fail("%s: channels %d need %zu bytes of shared memory (limit 227 KiB)", who, C, smem);
+}
+
+// RESIDUAL: x = inp1 + inp2 is written to residual_out and normalized; else x = inp1.
+template <bool RESIDUAL>
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_forward_flash_kernel(floatX* residual_out, floatX* out, float* mean, float* rstd, const floatX* inp1,
+                                   const floatX* inp2, const floatX* w, const floatX* b, int N, int C) {
+    extern __shared__ float smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = blockIdx.x * LN_WARPS + warp;
+    if (n >= N) return;  // whole warp leaves together; the kernel has no block-wide barrier
+    float* x = smem + (size_t)warp * ln_row_slots(C);  // this warp's row, in lane-private slots
+    const size_t row = (size_t)n * C;
+    const int sweeps = ceil_div(C, 32 * X128);
+
+    // The one read of the row from HBM.
+    float sum = 0.0f;
+    for (int it = 0; it < sweeps; it++) {
+        int c = (it * 32 + lane) * X128;
+        if (c >= C) break;
+        Packed128<floatX> a = load128(inp1 + row + c);
+        if (RESIDUAL) {
+            Packed128<floatX> bb = load128(inp2 + row + c);
+            for (int e = 0; e < X128; e++) a[e] = from_float<floatX>(to_float(a[e]) + to_float(bb[e]));
+            store128(residual_out + row + c, a);  // the residual stream, rounded as stored
+        }
+        for (int e = 0; e < X128; e++) {
+            float v = to_float(a[e]);
+            x[ln_slot(it, e, lane)] = v;
+            sum += v;
+        }
+    }
+    const float m = warp_sum(sum) / C;
+    float var = 0.0f;  // two-pass variance, from shared memory: exact and free of cancellation
+    for (int it = 0; it < sweeps; it++) {
+        if ((it * 32 + lane) * X128 >= C) break;
+        for (int e = 0; e < X128; e++) {
+            float d = x[ln_slot(it, e, lane)] - m;
+            var += d * d;
+        }
+    }
+    const float s = rsqrtf(warp_sum(var) / C + LN_EPS);
+    for (int it = 0; it < sweeps; it++) {
+        int c = (it * 32 + lane) * X128;
+        if (c >= C) break;
+        Packed128<floatX> wv = load128(w + c), bv = load128(b + c), o;
+        for (int e = 0; e < X128; e++)
+            o[e] = from_float<floatX>((x[ln_slot(it, e, lane)] - m) * s * to_float(wv[e]) + to_float(bv[e]));
+        store128(out + row + c, o);
+    }
+    if (lane == 0) { mean[n] = m; rstd[n] = s; }
+}
+
+template <bool RESIDUAL>
+inline void layernorm_forward_flash_launch(floatX* residual_out, floatX* out, float* mean, float* rstd,
+                                           const floatX* inp1, const floatX* inp2, const floatX* w, const floatX* b,
+                                           int N, int C, cudaStream_t stream) {
+    const size_t smem = (size_t)LN_WARPS * ln_row_slots(C) * sizeof(float);
+    ln_check("layernorm_forward_flash", C, smem);
+    if (!aligned16(out) || !aligned16(inp1) || !aligned16(w) || !aligned16(b) ||
+        (RESIDUAL && (!aligned16(inp2) || !aligned16(residual_out))))
+        fail("layernorm_forward_flash: buffers must be 16-byte aligned");
+    auto kernel = layernorm_forward_flash_kernel<RESIDUAL>;
+    if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<ceil_div(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C);
+    cudaCheckLaunch();
+}
+
+inline void layernorm_forward_flash(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                                    const floatX* b, int N, int C, cudaStream_t stream) {
+    layernorm_forward_flash_launch<false>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, stream);
+}
+
+// residual_out = inp1 + inp2 and out = layernorm(residual_out), in one pass over HBM.
+inline void residual_layernorm_forward_flash(floatX* residual_out, floatX* out, float* mean, float* rstd,
+                                             const floatX* inp1, const floatX* inp2, const floatX* w, const floatX* b,
+                                             int N, int C, cudaStream_t stream) {
+    layernorm_forward_flash_launch<true>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C, stream);
+}
+
+inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_WARPS)); }
+
+inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
+    if (v == Variant::naive) return 2 * ws_round((size_t)N * sizeof(float));
+    return 2 * ws_round((size_t)ln_bwd_blocks(N) * C * sizeof(float));
+}
+
+// Each warp takes rows n = warp_global, + G*LN_WARPS, ...; caches norm and dout of its row, writes dinp,
+// and adds dout*norm, dout into its own dw/db accumulators. Then the block sums its warps (fixed order)
+// into partial_dw/partial_db[blockIdx.x] (G, C).
+static __global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
+                                    const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                    int C) {
+    extern __shared__ float smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slots = ln_row_slots(C), sweeps = ceil_div(C, 32 * X128);
+    float* acc_dw = smem + (size_t)(0 * LN_WARPS + warp) * slots;  // (C) this warp's running dw
+    float* acc_db = smem + (size_t)(1 * LN_WARPS + warp) * slots;  // (C) this warp's running db
+    float* norm_c = smem + (size_t)(2 * LN_WARPS + warp) * slots;  // (C) the current row's norm
+    float* dnorm_c = smem + (size_t)(3 * LN_WARPS + warp) * slots; // (C) the current row's dout * w
+    for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; }
+
+    for (int n = blockIdx.x * LN_WARPS + warp; n < N; n += gridDim.x * LN_WARPS) {
+        const size_t row = (size_t)n * C;
+        const float m = mean[n], s = rstd[n];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int it = 0; it < sweeps; it++) {
+            int c = (it * 32 + lane) * X128;
+            if (c >= C) break;
+            Packed128<floatX> g = load128(dout + row + c), xv = load128(inp + row + c), wv = load128(w + c);
+            for (int e = 0; e < X128; e++) {
+                int k = ln_slot(it, e, lane);
+                float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
+                norm_c[k] = norm;
+                dnorm_c[k] = dnorm;
+                acc_dw[k] += gf * norm;
+                acc_db[k] += gf;
+                s1 += dnorm;
+                s2 += dnorm * norm;
+            }
+        }
+        const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
+        for (int it = 0; it < sweeps; it++) {
+            int c = (it * 32 + lane) * X128;
+            if (c >= C) break;
+            Packed128<floatX> d = load128(dinp + row + c);
+            for (int e = 0; e < X128; e++) {
+                int k = ln_slot(it, e, lane);
+                d[e] = from_float<floatX>(to_float(d[e]) + (dnorm_c[k] - m1 - norm_c[k] * m2) * s);
+            }
+            store128(dinp + row + c, d);
+        }
+    }
+    __syncthreads();  // every warp's acc_dw/acc_db is final before threads read other warps' accumulators
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const int it = c / (32 * X128), lane_c = (c / X128) % 32, e = c % X128, k = ln_slot(it, e, lane_c);
+        float sw = 0.0f, sb = 0.0f;
+        for (int wi = 0; wi < LN_WARPS; wi++) {  // fixed order: deterministic
+            sw += smem[(size_t)(0 * LN_WARPS + wi) * slots + k];
+            sb += smem[(size_t)(1 * LN_WARPS + wi) * slots + k];
+        }
+        partial_dw[(size_t)blockIdx.x * C + c] = sw;
+        partial_db[(size_t)blockIdx.x * C + c] = sb;
+    }
+}
+
+// dw[c] += sum over blocks of partial_dw[., c], in block order; the same for db.
+static __global__ void layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partial_dw,
+                                                 const float* partial_db, int G, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int g = 0; g < G; g++) {
+        sw += partial_dw[(size_t)g * C + c];
+        sb += partial_db[(size_t)g * C + c];
+    }
+    dw[c] = from_float<floatX>(to_float(dw[c]) + sw);
+    db[c] = from_float<floatX>(to_float(db[c]) + sb);
+}
+
+inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, void* ws, const floatX* dout,
+                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                     int C, cudaStream_t stream) {
+    const int G = ln_bwd_blocks(N);
+    const size_t smem = (size_t)4 * LN_WARPS * ln_row_slots(C) * sizeof(float);
+    ln_check("layernorm_backward_flash", C, smem);
+    if (!aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(w))
+        fail("layernorm_backward_flash: buffers must be 16-byte aligned");
+    WorkspaceCarver carve(ws);
+    float* partial_dw = carve.take<float>((size_t)G * C);  // (G, C)
+    float* partial_db = carve.take<float>((size_t)G * C);  // (G, C)
+    if (smem > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(layernorm_backward_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+    layernorm_backward_flash_kernel<<<G, LN_WARPS * 32, smem, stream>>>(dinp, partial_dw, partial_db, dout, inp, w,
+                                                                         mean, rstd, N, C);
+    cudaCheckLaunch();
+    layernorm_backward_reduce_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, partial_dw, partial_db, G, C);
+    cudaCheckLaunch();
+}
+
+}  // namespace flashgpt2

@@ -1,0 +1,59 @@
+// A training log: one line of plain text per step, easy to grep and plot, shared by both trainers.
+//   step 12 train 6.834012 val 6.912345 lr 0.0006 norm 1.2345 ms 35.21 tok/s 465321
+// The val field appears only on steps where the validation loss was computed. Each line is flushed as it
+// is written, so a crashed or killed run keeps its log. A resumed run opens the file in append mode.
+#pragma once
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "error.h"
+
+namespace flashgpt2 {
+
+struct Logger {
+    // An empty path gives a disabled logger (every call does nothing). The parent directory is created.
+    explicit Logger(const std::string& path, bool append = false) : path_(path) {
+        if (path.empty()) return;
+        std::error_code ec;
+        const auto parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+        f_ = std::fopen(path.c_str(), append ? "a" : "w");
+        if (!f_) fail("%s: cannot open log file: %s", path.c_str(), std::strerror(errno));
+    }
+    ~Logger() {
+        if (f_) std::fclose(f_);
+    }
+    Logger(const Logger&) = delete;
+    Logger& operator=(const Logger&) = delete;
+
+    void log_step(int step, float train_loss, std::optional<float> val_loss, float lr, float grad_norm, double ms,
+                  double tok_per_s) {
+        if (!f_) return;
+        std::fprintf(f_, "step %d train %.6f", step, train_loss);
+        if (val_loss) std::fprintf(f_, " val %.6f", *val_loss);
+        std::fprintf(f_, " lr %.6g norm %.4f ms %.2f tok/s %.0f\n", lr, grad_norm, ms, tok_per_s);
+        flush();
+    }
+
+    // A validation loss measured outside a training step (e.g. before the first one or after the last).
+    void log_val(int step, float val_loss) {
+        if (!f_) return;
+        std::fprintf(f_, "step %d val %.6f\n", step, val_loss);
+        flush();
+    }
+
+    const std::string& path() const { return path_; }
+
+  private:
+    void flush() {
+        if (std::fflush(f_) != 0) fail("%s: cannot write log file: %s", path_.c_str(), std::strerror(errno));
+    }
+    std::string path_;
+    std::FILE* f_ = nullptr;
+};
+
+}  // namespace flashgpt2

@@ -1,0 +1,232 @@
+// Matmul with bias, llm.c's layout: out (N,OC) = inp (N,C) @ w^T + bias, w (OC,C), bias (OC).
+//
+// naive: one thread per output element, every operand read from global memory (through the caches):
+//        2*C loads per output, no reuse held on chip. The backward: one thread per element of dinp, of
+//        dw, and of dbias, each looping over its reduction dimension.
+// flash: cuBLASLt on the tensor cores: tiles of inp and w are staged in shared memory and reused by many
+//        outputs, so each element is read from HBM a handful of times instead of OC or N times. The bias
+//        add (and GELU, see gelu.cuh) happens in the epilogue, on the accumulator, before the one write.
+//        dbias is a deterministic two-stage column sum (per-split partials, then a fixed-order sum).
+//
+// Row-major (N,C) is column-major (C,N): cuBLAS sees out^T (OC,N) = w^T... written below per call.
+// FP32 build: CUBLAS_COMPUTE_32F, true fp32 (no TF32), the exactness reference.
+#pragma once
+#include "llmc/error.h"
+#include "llmc/kernel_common.cuh"
+
+namespace flashgpt2 {
+
+// ---------------------------------------------------------------------------------------------------------
+// cuBLAS / cuBLASLt handles and workspace: created once, on first use, shared by every op.
+
+constexpr size_t BLAS_WORKSPACE_BYTES = 32u << 20;
+
+struct Blas {
+    cublasHandle_t handle = nullptr;   // cuBLAS (the naive attention's batched GEMMs)
+    cublasLtHandle_t lt = nullptr;     // cuBLASLt (the flash matmuls)
+    void* workspace = nullptr;         // BLAS_WORKSPACE_BYTES for cuBLASLt
+};
+
+inline Blas& blas() {
+    static Blas b = [] {
+        Blas x;
+        cublasCheck(cublasCreate(&x.handle));
+        cublasCheck(cublasSetMathMode(x.handle, CUBLAS_DEFAULT_MATH));  // no TF32: fp32 stays fp32
+        cublasCheck(cublasLtCreate(&x.lt));
+        cudaCheck(cudaMalloc(&x.workspace, BLAS_WORKSPACE_BYTES));
+        return x;
+    }();
+    return b;
+}
+
+// Device memory the handles hold besides cuBLAS's own internal buffers (for the trainer's memory table).
+inline size_t blas_workspace_bytes() { return BLAS_WORKSPACE_BYTES; }
+
+#if defined(ENABLE_FP32)
+constexpr cudaDataType_t CUDA_FLOATX = CUDA_R_32F;
+#else
+constexpr cudaDataType_t CUDA_FLOATX = CUDA_R_16BF;
+#endif
+
+// Largest power of two (<= 256) dividing the address: tells the cuBLASLt heuristic what it may assume.
+inline uint32_t ptr_alignment(const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a >>= 1;
+    return a;
+}
+
+// Column-major D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * D, then the epilogue (bias of length m, GELU with
+// aux (m,n) ld ldaux, or DGELU reading aux). All matrices floatX, accumulation fp32.
+inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a,
+                            bool trans_b, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epilogue,
+                            const floatX* bias, const floatX* aux, int ldaux, cudaStream_t stream) {
+    Blas& bl = blas();
+    cublasLtMatmulDesc_t op;
+    cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) {
+        int64_t ld = ldaux;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld_;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUDA_FLOATX, m, n, ldd));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t wsb = BLAS_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+    uint32_t al_a = ptr_alignment(a), al_b = ptr_alignment(b), al_d = ptr_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(bl.lt, op, la, lb, ld_, ld_, pref, 1, &heur, &found));
+    if (found == 0)
+        fail("matmul_flash: cuBLASLt has no algorithm for m=%d n=%d k=%d (epilogue %d)", m, n, k, (int)epilogue);
+    const float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(bl.lt, op, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &heur.algo, bl.workspace,
+                               BLAS_WORKSPACE_BYTES, stream));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
+    cublasCheck(cublasLtMatmulDescDestroy(op));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// forward
+
+static __global__ void matmul_forward_naive_kernel(floatX* out, const floatX* inp, const floatX* w, const floatX* bias,
+                                            int N, int C, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one output (n, oc)
+    if (idx >= (size_t)N * OC) return;
+    int n = (int)(idx / OC), oc = (int)(idx % OC);
+    const floatX* x = inp + (size_t)n * C;
+    const floatX* wr = w + (size_t)oc * C;
+    float acc = bias ? to_float(bias[oc]) : 0.0f;
+    for (int c = 0; c < C; c++) acc += to_float(x[c]) * to_float(wr[c]);
+    out[idx] = from_float<floatX>(acc);
+}
+
+inline void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
+                                 int OC, cudaStream_t stream) {
+    matmul_forward_naive_kernel<<<grid_for((size_t)N * OC, 256), 256, 0, stream>>>(out, inp, w, bias, N, C, OC);
+    cudaCheckLaunch();
+}
+
+// pre_gelu == nullptr: out = inp @ w^T + bias.
+// pre_gelu != nullptr: pre_gelu = inp @ w^T + bias and out = gelu(pre_gelu), both from the one GEMM.
+inline void matmul_forward_flash(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
+                                 int OC, floatX* pre_gelu, cudaStream_t stream) {
+    // column-major: out^T (OC, N) = (w as (C,OC))^T @ (inp as (C,N))
+    cublasLtEpilogue_t ep = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                     : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    cublaslt_matmul(out, w, inp, OC, N, C, true, false, C, C, OC, 0.0f, ep, bias, pre_gelu, OC, stream);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// backward
+
+static __global__ void matmul_backward_dinp_naive_kernel(floatX* dinp, const floatX* dout, const floatX* w, int N, int C,
+                                                  int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element (n, c) of dinp
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C);
+    float acc = 0.0f;
+    for (int oc = 0; oc < OC; oc++) acc += to_float(dout[(size_t)n * OC + oc]) * to_float(w[(size_t)oc * C + c]);
+    dinp[idx] = from_float<floatX>(acc);
+}
+
+static __global__ void matmul_backward_dw_naive_kernel(floatX* dw, const floatX* dout, const floatX* inp, int N, int C,
+                                                int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element (oc, c) of dw
+    if (idx >= (size_t)OC * C) return;
+    int oc = (int)(idx / C), c = (int)(idx % C);
+    float acc = 0.0f;
+    for (int n = 0; n < N; n++) acc += to_float(dout[(size_t)n * OC + oc]) * to_float(inp[(size_t)n * C + c]);
+    dw[idx] = from_float<floatX>(to_float(dw[idx]) + acc);
+}
+
+static __global__ void matmul_backward_dbias_naive_kernel(floatX* dbias, const floatX* dout, int N, int OC) {
+    int oc = blockIdx.x * blockDim.x + threadIdx.x;  // one element of dbias
+    if (oc >= OC) return;
+    float acc = 0.0f;
+    for (int n = 0; n < N; n++) acc += to_float(dout[(size_t)n * OC + oc]);
+    dbias[oc] = from_float<floatX>(to_float(dbias[oc]) + acc);
+}
+
+inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
+                                  const floatX* w, int N, int C, int OC, cudaStream_t stream) {
+    matmul_backward_dinp_naive_kernel<<<grid_for((size_t)N * C, 256), 256, 0, stream>>>(dinp, dout, w, N, C, OC);
+    cudaCheckLaunch();
+    matmul_backward_dw_naive_kernel<<<grid_for((size_t)OC * C, 256), 256, 0, stream>>>(dw, dout, inp, N, C, OC);
+    cudaCheckLaunch();
+    if (dbias) {
+        matmul_backward_dbias_naive_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, dout, N, OC);
+        cudaCheckLaunch();
+    }
+}
+
+// dbias, flash: rows are cut into S splits (S depends only on N); block (x: 32 columns, y: 8 row lanes).
+constexpr int DBIAS_ROWS_PER_SPLIT = 256, DBIAS_MAX_SPLITS = 64;
+inline int dbias_splits(int N) { return std::min(DBIAS_MAX_SPLITS, ceil_div(N, DBIAS_ROWS_PER_SPLIT)); }
+
+inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
+    return v == Variant::naive ? 0 : ws_round((size_t)dbias_splits(N) * max_OC * sizeof(float));
+}
+
+static __global__ void matmul_backward_dbias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    __shared__ float sums[8][33];
+    const int oc = blockIdx.x * 32 + threadIdx.x, split = blockIdx.y, S = gridDim.y;
+    const int rows = ceil_div(N, S), r0 = split * rows, r1 = min(N, r0 + rows);
+    float acc = 0.0f;
+    if (oc < OC)
+        for (int n = r0 + threadIdx.y; n < r1; n += 8) acc += to_float(dout[(size_t)n * OC + oc]);
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();  // all 8 row lanes have stored their sums before row lane 0 adds them up
+    if (threadIdx.y == 0 && oc < OC) {
+        float s = 0.0f;
+        for (int y = 0; y < 8; y++) s += sums[y][threadIdx.x];  // fixed order: deterministic
+        partial[(size_t)split * OC + oc] = s;
+    }
+}
+
+static __global__ void matmul_backward_dbias_reduce_kernel(floatX* dbias, const float* partial, int S, int OC) {
+    int oc = blockIdx.x * blockDim.x + threadIdx.x;
+    if (oc >= OC) return;
+    float s = 0.0f;
+    for (int i = 0; i < S; i++) s += partial[(size_t)i * OC + oc];
+    dbias[oc] = from_float<floatX>(to_float(dbias[oc]) + s);
+}
+
+// pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU).
+inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void* ws, const floatX* dout,
+                                  const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
+                                  cudaStream_t stream) {
+    // dinp^T (C, N) = (w as (C,OC)) @ (dout as (OC,N))
+    cublaslt_matmul(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                    pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, pre_gelu, C, stream);
+    // dw^T (C, OC) += (inp as (C,N)) @ (dout as (OC,N))^T
+    cublaslt_matmul(dw, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
+                    0, stream);
+    if (dbias) {
+        const int S = dbias_splits(N);
+        float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
+        matmul_backward_dbias_partial_kernel<<<dim3(ceil_div(OC, 32), S), dim3(32, 8), 0, stream>>>(partial, dout, N, OC);
+        cudaCheckLaunch();
+        matmul_backward_dbias_reduce_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, partial, S, OC);
+        cudaCheckLaunch();
+    }
+}
+
+}  // namespace flashgpt2

@@ -1,0 +1,184 @@
+// The CUDA trainer's command line: every flag, its default, its check, and --help.
+//
+// Flags follow llm.c's train_gpt2.cu where it has one (-i -j -e -b -t -d -x -l -u -q -c -v -m -s -g -n -o)
+// and are long words otherwise. Every value is parsed strictly ("-b 4x" is an error, not 4) and range-checked
+// here; checks that need the model (T <= max_seq_len, ...) happen once the model's shape is known.
+// Bad input throws flashgpt2::Error with the flag's name, so main() prints one line and exits 1.
+// The defaults are recipe R1 (README / shared anchors): GPT-2 124M from scratch on TinyShakespeare.
+#pragma once
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "llmc/error.h"
+#include "llmc/kernels.h"
+
+namespace flashgpt2 {
+
+struct TrainOptions {
+    std::string train_glob = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+    std::string val_glob = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    std::string tokenizer = "data/gpt2_tokenizer.bin";
+    std::string init = "d12";      // dN (random init, depth N) or a checkpoint file
+    int B = 16;                    // sequences per micro-batch
+    int T = 1024;                  // tokens per sequence
+    long total_batch = -1;         // tokens per optimizer step; -1 = B*T (no gradient accumulation)
+    int steps = 250;               // optimizer steps
+    float lr = 6e-4f;              // peak learning rate
+    int warmup = 20;               // linear warm-up steps
+    float final_lr_frac = 0.1f;    // cosine decays to final_lr_frac * lr
+    float weight_decay = 0.1f;     // AdamW decoupled weight decay (2-D weights only)
+    float grad_clip = 1.0f;        // clip the global gradient norm to this; 0 = no clipping
+    int val_every = 10;            // val loss every N steps (and at the last); 0 = never
+    int val_max_batches = -1;      // -1 = the whole val split
+    int sample_every = 50;         // generate text every N steps (and at the end); 0 = never
+    int gen_tokens = 64;           // tokens per sample
+    int top_k = 40;                // sample among the k most likely tokens; 0 = all
+    float temperature = 1.0f;      // softmax temperature for sampling; 0 = greedy
+    int checkpoint_every = 0;      // checkpoint every N steps; 0 = only at the end; -1 = never
+    std::string out_dir = "log";   // checkpoints and the log file go here
+    bool resume = false;           // continue from the newest complete checkpoint in out_dir
+    unsigned long long seed = 42;  // model init, data order, sampling
+    KernelSet kernels = KernelSet::all(Variant::flash);
+    bool list_kernels = false;
+    bool compare = false;          // the `make compare` run: naive then flash, per-layer table
+    bool help = false;
+    bool quiet = false;            // no per-step stdout lines (tests)
+    std::set<std::string> given;   // the flags given on the command line (--compare keeps its own defaults otherwise)
+};
+
+inline void print_help(FILE* f) {
+    const TrainOptions d;
+    fprintf(f,
+            "usage: train_gpt2cu [flags]   (build precision: %s)\n"
+            "GPT-2 training on the GPU; every layer has a naive and a flash kernel (see --list-kernels).\n"
+            "data and model:\n"
+            "  -i GLOB        training token shards                      [%s]\n"
+            "  -j GLOB        validation token shards                    [%s]\n"
+            "  --tokenizer F  tokenizer for printing samples             [%s]\n"
+            "  -e INIT        dN = random init of depth N (d2 d4 d6 d8 d10 d12 d24 d36 d48), or a checkpoint file [%s]\n"
+            "  -b B           sequences per micro-batch                  [%d]\n"
+            "  -t T           sequence length                            [%d]\n"
+            "  -d TOKENS      total batch in tokens per step (gradient accumulation over TOKENS/(B*T) micro-batches;\n"
+            "                 -1 = B*T)                                  [%ld]\n"
+            "optimization (AdamW, beta1 0.9, beta2 0.95, eps 1e-8):\n"
+            "  -x STEPS       optimizer steps                            [%d]\n"
+            "  -l LR          peak learning rate                         [%g]\n"
+            "  -u STEPS       linear warm-up steps                       [%d]\n"
+            "  -q FRAC        cosine decays to FRAC * LR at the last step [%g]\n"
+            "  -c WD          weight decay                               [%g]\n"
+            "  --grad-clip G  clip the global grad norm to G (0 = off)   [%g]\n"
+            "evaluation, sampling, checkpoints:\n"
+            "  -v N           val loss every N steps (0 = never)         [%d]\n"
+            "  -m N           val batches per evaluation (-1 = the whole val split) [%d]\n"
+            "  -s N           print a sample every N steps (0 = never)   [%d]\n"
+            "  -g N           tokens per sample                          [%d]\n"
+            "  --top-k K      sample among the K most likely (0 = all)   [%d]\n"
+            "  --temperature X  sampling temperature (0 = greedy)        [%g]\n"
+            "  -n N           checkpoint every N steps (0 = only at the end, -1 = never) [%d]\n"
+            "  -o DIR         output directory: checkpoints, main.log    [%s]\n"
+            "  --resume       continue bit-exactly from the newest complete checkpoint in DIR\n"
+            "  --seed S       seed of init, data order and sampling      [%llu]\n"
+            "kernels:\n"
+            "  --kernels naive|flash   the whole set                     [flash]\n"
+            "  --encoder --layernorm --matmul --attention --gelu --residual --classifier --adamw naive|flash\n"
+            "                 override one layer (after --kernels, e.g. --kernels flash --attention naive)\n"
+            "  --list-kernels print each layer's naive and flash kernel and exit\n"
+            "  --compare      time every layer with the naive set, then the flash set (same seed, same data),\n"
+            "                 print the table and write it to DIR/compare.md (what `make compare` runs)\n"
+            "  -h, --help     this text\n",
+            PRECISION_NAME, d.train_glob.c_str(), d.val_glob.c_str(), d.tokenizer.c_str(), d.init.c_str(), d.B, d.T,
+            d.total_batch, d.steps, d.lr, d.warmup, d.final_lr_frac, d.weight_decay, d.grad_clip, d.val_every,
+            d.val_max_batches, d.sample_every, d.gen_tokens, d.top_k, d.temperature, d.checkpoint_every,
+            d.out_dir.c_str(), d.seed);
+}
+
+inline bool is_layer_flag(const std::string& name) {
+    for (const char* layer : LAYER_KINDS)
+        if (name == layer) return true;
+    return false;
+}
+
+// Strict number parsing: the whole string must be the number.
+inline long parse_long(const char* flag, const char* s) {
+    errno = 0;
+    char* end = nullptr;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) fail("%s: '%s' is not an integer", flag, s);
+    return v;
+}
+inline int parse_int(const char* flag, const char* s, long lo, long hi) {
+    const long v = parse_long(flag, s);
+    if (v < lo || v > hi) fail("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
+    return static_cast<int>(v);
+}
+inline float parse_float(const char* flag, const char* s, double lo, double hi) {
+    errno = 0;
+    char* end = nullptr;
+    const double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !std::isfinite(v)) fail("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi) fail("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
+    return static_cast<float>(v);
+}
+
+inline TrainOptions parse_args(int argc, char** argv) {
+    TrainOptions o;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        // flags without a value
+        if (a == "-h" || a == "--help") { o.help = true; continue; }
+        if (a == "--resume") { o.resume = true; continue; }
+        if (a == "--list-kernels") { o.list_kernels = true; continue; }
+        if (a == "--compare") { o.compare = true; continue; }
+        if (a == "--quiet") { o.quiet = true; continue; }
+        // flags with a value
+        if (a.empty() || a[0] != '-') fail("unexpected argument '%s' (flags start with '-'; see --help)", a.c_str());
+        if (i + 1 >= argc) fail("%s: missing value (see --help)", a.c_str());
+        const char* f = a.c_str();
+        const char* v = argv[++i];
+        o.given.insert(a);
+        const int BIG = 1 << 30;
+        if (a == "-i") o.train_glob = v;
+        else if (a == "-j") o.val_glob = v;
+        else if (a == "--tokenizer") o.tokenizer = v;
+        else if (a == "-e") o.init = v;
+        else if (a == "-b") o.B = parse_int(f, v, 1, BIG);
+        else if (a == "-t") o.T = parse_int(f, v, 1, BIG);
+        else if (a == "-d") {
+            o.total_batch = parse_long(f, v);
+            if (o.total_batch != -1 && o.total_batch < 1) fail("-d: %ld must be -1 or a positive token count", o.total_batch);
+        }
+        else if (a == "-x") o.steps = parse_int(f, v, 1, BIG);
+        else if (a == "-l") o.lr = parse_float(f, v, 0.0, 10.0);
+        else if (a == "-u") o.warmup = parse_int(f, v, 0, BIG);
+        else if (a == "-q") o.final_lr_frac = parse_float(f, v, 0.0, 1.0);
+        else if (a == "-c") o.weight_decay = parse_float(f, v, 0.0, 10.0);
+        else if (a == "--grad-clip") o.grad_clip = parse_float(f, v, 0.0, 1e30);
+        else if (a == "-v") o.val_every = parse_int(f, v, 0, BIG);
+        else if (a == "-m") {
+            o.val_max_batches = parse_int(f, v, -1, BIG);
+            if (o.val_max_batches == 0) fail("-m: 0 val batches; use -v 0 to switch evaluation off");
+        }
+        else if (a == "-s") o.sample_every = parse_int(f, v, 0, BIG);
+        else if (a == "-g") o.gen_tokens = parse_int(f, v, 1, BIG);
+        else if (a == "--top-k") o.top_k = parse_int(f, v, 0, BIG);
+        else if (a == "--temperature") o.temperature = parse_float(f, v, 0.0, 100.0);
+        else if (a == "-n") o.checkpoint_every = parse_int(f, v, -1, BIG);
+        else if (a == "-o") o.out_dir = v;
+        else if (a == "--seed") {
+            const long s = parse_long(f, v);
+            if (s < 0) fail("--seed: %ld must be >= 0", s);
+            o.seed = static_cast<unsigned long long>(s);
+        }
+        else if (a == "--kernels") o.kernels = KernelSet::all(parse_variant(v, "--kernels"));
+        else if (a.size() > 2 && a[1] == '-' && is_layer_flag(a.substr(2))) o.kernels.set(a.substr(2), v);
+        else fail("unknown flag '%s' (see --help)", f);
+    }
+    if (o.out_dir.empty()) fail("-o: empty output directory");
+    return o;
+}
+
+}  // namespace flashgpt2

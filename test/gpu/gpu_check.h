@@ -1,0 +1,181 @@
+// Helpers for the per-layer GPU tests: device buffers that start poisoned, uploads that round through floatX
+// (so the oracle sees exactly the values the GPU sees), and DESIGN.md's precision rule in one function.
+//
+// The rule (DESIGN.md, "Correctness"):
+//   FP32 build: every kernel, naive and flash, within a relative error ‖a−b‖/‖b‖ <= 1e-5 of the oracle
+//               (flashgpt2::ref in double). fp32 rounds at 2^-24 ≈ 6e-8 per operation; the longest sums
+//               here (C = 768..3072 channels, T keys, V classes) grow that by ~sqrt(K) <= ~60 for
+//               random-sign rounding errors, i.e. <= ~4e-6; a wrong index, mask or factor is O(1).
+//   BF16 build: the FlashAttention rule: the flash kernel's max error against the fp32-or-better oracle is
+//               at most 2x the naive kernel's max error in the same precision, plus an atol of 2^-8 of the
+//               tensor's largest magnitude (about one bf16 rounding step there: two kernels that each round
+//               their output once can land one step apart). Both must also stay within a relative error of
+//               5e-2 (~25 bf16 roundings of 2^-9): a sanity bound that catches a kernel that is wrong
+//               rather than imprecise (the naive kernels' exactness itself is proven by the FP32 build).
+//   Both: NaN or Inf anywhere fails (every output buffer starts as NaN, so an unwritten element fails too).
+#pragma once
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels.h"
+#include "llmc/sampler.h"
+
+namespace flashgpt2::gtest {
+
+#if defined(ENABLE_FP32)
+constexpr bool BF16_BUILD = false;
+#else
+constexpr bool BF16_BUILD = true;
+#endif
+constexpr double TOL_FP32 = 1e-5;        // see the header comment
+constexpr double TOL_BF16_SANITY = 5e-2;
+constexpr double BF16_ATOL_FRACTION = 1.0 / 256;  // 2^-8 of the tensor's largest |value|
+
+// ---- host conversions through the storage type ----
+inline floatX to_x(double v) {
+#if defined(ENABLE_FP32)
+    return (float)v;
+#else
+    return __float2bfloat16((float)v);
+#endif
+}
+#if !defined(ENABLE_FP32)
+inline double from_x(__nv_bfloat16 v) { return (double)__bfloat162float(v); }
+#endif
+inline double from_x(float v) { return v; }
+inline double from_x(int v) { return v; }
+
+// ---- a device buffer that starts poisoned: every byte 0xFF is NaN in fp32 and bf16 (and -1 as int) ----
+template <class T>
+struct Dev {
+    T* p = nullptr;
+    size_t n = 0;
+    explicit Dev(size_t count) : n(count) {
+        cudaCheck(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+        poison();
+    }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    ~Dev() { cudaFree(p); }
+    void poison() { cudaCheck(cudaMemset(p, 0xFF, n * sizeof(T))); }
+    operator T*() const { return p; }
+};
+
+// Uploads v converted to T (floatX, float or int).
+template <class T, class V>
+void put(Dev<T>& d, const std::vector<V>& v) {
+    REQUIRE(v.size() == d.n);
+    std::vector<T> h(v.size());
+    for (size_t i = 0; i < v.size(); i++) {
+        if constexpr (std::is_same_v<T, floatX>) h[i] = to_x((double)v[i]);
+        else h[i] = (T)v[i];
+    }
+    cudaCheck(cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+// Downloads, as doubles (synchronizes: also surfaces any asynchronous kernel error).
+template <class T>
+std::vector<double> get(const Dev<T>& d) {
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<T> h(d.n);
+    cudaCheck(cudaMemcpy(h.data(), d.p, d.n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<double> v(d.n);
+    for (size_t i = 0; i < d.n; i++) v[i] = from_x(h[i]);
+    return v;
+}
+
+// The raw bytes, for bit-exact determinism checks.
+template <class T>
+std::vector<unsigned char> bytes(const Dev<T>& d) {
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<unsigned char> h(d.n * sizeof(T));
+    cudaCheck(cudaMemcpy(h.data(), d.p, h.size(), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// ---- random inputs: shift + scale * N(0,1), then rounded through the storage type ----
+inline std::vector<double> random_x(size_t n, Rng& rng, double shift = 0.3, double scale = 1.0) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = from_x(to_x(shift + scale * rng.next_normal()));
+    return v;
+}
+inline std::vector<double> random_f(size_t n, Rng& rng, double shift = 0.3, double scale = 1.0) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = (double)(float)(shift + scale * rng.next_normal());
+    return v;
+}
+inline std::vector<int> random_tokens(size_t n, int V, Rng& rng) {
+    std::vector<int> v(n);
+    for (auto& x : v) x = (int)(rng.next_u32() % (uint32_t)V);
+    return v;
+}
+// Values as the storage type holds them (for an oracle input that came out of a GPU kernel).
+inline std::vector<double> rounded_x(std::vector<double> v) {
+    for (auto& x : v) x = from_x(to_x(x));
+    return v;
+}
+
+// ---- errors ----
+struct Err {
+    double rel = 0, max_abs = 0, ref_max = 0;
+    bool finite = true;
+};
+inline Err error_of(const std::vector<double>& a, const std::vector<double>& ref) {
+    Err e;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        if (!std::isfinite(a[i])) e.finite = false;
+        const double d = std::fabs(a[i] - ref[i]);
+        num += d * d;
+        den += ref[i] * ref[i];
+        e.max_abs = std::max(e.max_abs, d);
+        e.ref_max = std::max(e.ref_max, std::fabs(ref[i]));
+    }
+    e.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    return e;
+}
+
+// DESIGN.md's rule for one output tensor computed by the naive and the flash kernel (see the header).
+inline void check_naive_flash(const std::string& what, const std::vector<double>& naive,
+                              const std::vector<double>& flash, const std::vector<double>& ref) {
+    REQUIRE(naive.size() == ref.size());
+    REQUIRE(flash.size() == ref.size());
+    REQUIRE(!ref.empty());
+    const Err en = error_of(naive, ref), ef = error_of(flash, ref);
+    INFO(what << " [" << PRECISION_NAME << "]: naive rel " << en.rel << " max " << en.max_abs << " | flash rel "
+              << ef.rel << " max " << ef.max_abs << " | max|ref| " << en.ref_max);
+    CHECK(en.finite);
+    CHECK(ef.finite);
+    if (!BF16_BUILD) {
+        CHECK(en.rel <= TOL_FP32);
+        CHECK(ef.rel <= TOL_FP32);
+    } else {
+        CHECK(en.rel <= TOL_BF16_SANITY);
+        CHECK(ef.rel <= TOL_BF16_SANITY);
+        CHECK(ef.max_abs <= 2.0 * en.max_abs + BF16_ATOL_FRACTION * en.ref_max);
+    }
+}
+
+// An output only one kernel produces, stored in fp32 in both builds (lse). tol_bf16: stated at the call.
+inline void check_single(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
+                         double tol_bf16) {
+    REQUIRE(got.size() == ref.size());
+    const Err e = error_of(got, ref);
+    INFO(what << " [" << PRECISION_NAME << "]: rel " << e.rel << " max " << e.max_abs);
+    CHECK(e.finite);
+    CHECK(e.rel <= (BF16_BUILD ? tol_bf16 : TOL_FP32));
+}
+
+// A seed per check: fresh inputs everywhere, reproducible when a check fails.
+inline uint64_t seed_for(const std::string& what) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (char c : what) h = (h ^ (unsigned char)c) * 1099511628211ull;
+    return h;
+}
+
+}  // namespace flashgpt2::gtest

@@ -1,0 +1,106 @@
+// Attention's GPU tests: naive (S and P in HBM) and flash (tiled, lse saved), forward and backward, against
+// ref::attention_forward/backward in double. Shapes cover T = 1, T that is a multiple of no tile (the
+// flash tiles are 32 and 64 rows), several tiles, GPT-2 small's 12 heads of 64, and every head size the
+// flash path takes (16, 32, 64, 128). In the BF16 build the flash path at HS 64 runs on the tensor cores;
+// the fp32-arithmetic flash kernels are then tested too (forced), under the same rule.
+#include "gpu_check.h"
+
+#include "llmc/ref/ref.h"
+
+using namespace flashgpt2;
+using namespace flashgpt2::gtest;
+
+namespace {
+
+struct AttnShape {
+    int B, T, C, NH;
+};
+const AttnShape ATTN_SHAPES[] = {
+    {2, 37, 96, 3},     // HS 32, T a multiple of nothing
+    {2, 37, 128, 2},    // HS 64
+    {3, 1, 128, 2},     // T = 1
+    {1, 130, 768, 12},  // GPT-2 small's heads; three 64-row tiles, five 32-row tiles
+    {1, 257, 64, 1},    // one long head
+    {1, 67, 256, 2},    // HS 128
+    {2, 20, 64, 4},     // HS 16
+};
+
+// lse[bh, i] = log sum_{j <= i} exp(S[bh, i, j]) from the oracle's scaled scores (B, NH, T, T).
+std::vector<double> lse_of(const std::vector<double>& preatt, int BH, int T) {
+    std::vector<double> lse((size_t)BH * T);
+    for (int bh = 0; bh < BH; bh++)
+        for (int i = 0; i < T; i++) {
+            const double* s = preatt.data() + ((size_t)bh * T + i) * T;
+            double m = s[0];
+            for (int j = 1; j <= i; j++) m = std::max(m, s[j]);
+            double l = 0;
+            for (int j = 0; j <= i; j++) l += std::exp(s[j] - m);
+            lse[(size_t)bh * T + i] = m + std::log(l);
+        }
+    return lse;
+}
+
+}  // namespace
+
+TEST_CASE("attention: forward and backward, naive and flash") {
+    for (const AttnShape& a : ATTN_SHAPES) {
+        const int B = a.B, T = a.T, C = a.C, NH = a.NH, HS = C / NH, BH = B * NH;
+        const size_t btc = (size_t)B * T * C;
+        const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+                                " HS=" + std::to_string(HS);
+        Rng rng(seed_for("attention " + tag));
+        auto qkv = random_x(3 * btc, rng, 0.3, 1.0), dout = random_x(btc, rng);
+
+        std::vector<double> out_ref(btc), preatt((size_t)BH * T * T), att_ref(preatt.size());
+        ref::attention_forward(out_ref.data(), preatt.data(), att_ref.data(), qkv.data(), B, T, C, NH);
+        const auto lse_ref = lse_of(preatt, BH, T);
+        std::vector<double> dqkv_ref(3 * btc, 0.0), dpreatt(preatt.size(), 0.0), datt(preatt.size(), 0.0);
+        ref::attention_backward(dqkv_ref.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att_ref.data(),
+                                B, T, C, NH);
+
+        const KernelSet naive = KernelSet::all(Variant::naive), flash;
+        Dev<floatX> d_qkv(3 * btc), d_dout(btc), d_out(btc), d_dqkv(3 * btc), d_att((size_t)BH * T * T);
+        Dev<float> d_lse((size_t)BH * T);
+        Dev<char> ws(std::max(workspace_bytes(naive, B, T, C, NH, 8), workspace_bytes(flash, B, T, C, NH, 8)));
+        REQUIRE(attention_saved_bytes(naive, B, T, NH) == d_att.n * sizeof(floatX));
+        REQUIRE(attention_saved_bytes(flash, B, T, NH) == d_lse.n * sizeof(float));
+        put(d_qkv, qkv), put(d_dout, dout);
+
+        // naive: out, the saved P, dqkv
+        attention_forward(naive, d_out, d_att, ws, d_qkv, B, T, C, NH, 0);
+        const auto out_naive = get(d_out), att_naive = get(d_att);
+        attention_backward(naive, d_dqkv, ws, d_dout, d_qkv, d_out, d_att, B, T, C, NH, 0);
+        const auto dqkv_naive = get(d_dqkv);
+        // P is bf16 in the BF16 build, computed from S rounded to bf16: the sanity bound (see gpu_check.h).
+        check_single("attention P (naive) " + tag, att_naive, att_ref, TOL_BF16_SANITY);
+
+        // flash (in the BF16 build at HS 64 the tensor-core kernels), then the fp32-arithmetic kernels
+        const int runs = BF16_BUILD ? 2 : 1;
+        for (int r = 0; r < runs; r++) {
+            const bool force_scalar = r == 1;
+            const std::string name = std::string(force_scalar ? " (fp32-arithmetic flash)" : "") + " " + tag;
+            d_out.poison(), d_lse.poison(), d_dqkv.poison();
+            attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar);
+            const auto out_flash = get(d_out), lse_flash = get(d_lse);
+            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0, force_scalar);
+            const auto dqkv_flash = get(d_dqkv);
+            check_naive_flash("attention out" + name, out_naive, out_flash, out_ref);
+            // lse is fp32 arithmetic on the same bf16 q, k the oracle sees: ~1e-6; 1e-4 leaves margin.
+            check_single("attention lse" + name, lse_flash, lse_ref, 1e-4);
+            check_naive_flash("attention dqkv" + name, dqkv_naive, dqkv_flash, dqkv_ref);
+
+            // deterministic: the backward again, bit for bit
+            const auto first = bytes(d_dqkv);
+            d_dqkv.poison();
+            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0, force_scalar);
+            CHECK_MESSAGE(first == bytes(d_dqkv), "attention_backward_flash is not deterministic" << name);
+        }
+    }
+}
+
+TEST_CASE("attention: the flash path rejects head sizes it has no kernel for, before launching") {
+    Dev<floatX> qkv(3 * 2 * 48), out(2 * 48);
+    Dev<float> lse(2);
+    CHECK_THROWS_WITH_AS(attention_forward(KernelSet{}, out, lse, nullptr, qkv, 1, 2, 48, 1, 0),
+                         doctest::Contains("head size 48"), Error);
+}

@@ -1,0 +1,407 @@
+// Per-layer GPU tests: every layer's naive and flash kernels, forward and backward, against the Eigen
+// oracle (flashgpt2::ref, in double) on fresh random inputs shifted away from zero mean, with every output
+// poisoned (NaN) first, at sizes that are multiples of no tile. The precision rule is in gpu_check.h.
+// Attention has its own file (test_attention.cu). Each flash backward is also run twice: bit-identical.
+#include "gpu_check.h"
+
+#include "llmc/ref/ref.h"
+
+using namespace flashgpt2;
+using namespace flashgpt2::gtest;
+
+namespace {
+
+struct Shape {
+    int B, T, C, NH, V, Vp;
+};
+// Nothing here is a multiple of a tile (32/64 rows, 256-channel layernorm sweeps, 8-wide vectors of V),
+// then T = 1, then GPT-2 small's width.
+const Shape SHAPES[] = {{2, 37, 96, 3, 300, 320}, {3, 1, 64, 1, 50, 64}, {2, 70, 768, 12, 1000, 1024}};
+
+std::string name_of(const Shape& s) {
+    return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " C=" + std::to_string(s.C);
+}
+
+const Variant VARIANTS[2] = {Variant::naive, Variant::flash};
+
+// The one workspace, large enough for either set.
+size_t ws_bytes(const Shape& s) {
+    return std::max(workspace_bytes(KernelSet::all(Variant::naive), s.B, s.T, s.C, s.NH, s.Vp),
+                    workspace_bytes(KernelSet::all(Variant::flash), s.B, s.T, s.C, s.NH, s.Vp));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("kernel registry: --kernels, per-layer overrides, bad names") {
+    KernelSet ks = KernelSet::all("naive");
+    CHECK(ks.str() == "naive");
+    ks.set("attention", "flash");
+    CHECK(ks.attention == Variant::flash);
+    CHECK(ks.matmul == Variant::naive);
+    CHECK(ks.str().find("attention=flash") != std::string::npos);
+    CHECK(KernelSet{} == KernelSet::all(Variant::flash));  // default: all flash
+    CHECK_THROWS_WITH_AS(ks.set("softmax", "flash"), doctest::Contains("--softmax: unknown layer"), Error);
+    CHECK_THROWS_WITH_AS(ks.set("gelu", "fast"), doctest::Contains("unknown kernel variant 'fast'"), Error);
+    CHECK_THROWS_AS(KernelSet::all("fastest"), Error);
+    CHECK_THROWS_WITH_AS(check_kernel_support(KernelSet{}, 96, 2), doctest::Contains("head size 48"), Error);
+    CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 96, 2));  // naive takes any head size
+    CHECK_THROWS_AS(check_kernel_support(KernelSet{}, 100, 3), Error);           // heads must divide channels
+    KernelSet flash_but_attention = KernelSet{};
+    flash_but_attention.attention = Variant::naive;  // 34 channels: not a whole number of 16-byte vectors
+    CHECK_THROWS_WITH_AS(check_kernel_support(flash_but_attention, 34, 2), doctest::Contains("multiple of"), Error);
+
+    char* text = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    print_kernel_registry(f);
+    fclose(f);
+    const std::string listing(text, len);
+    free(text);
+    for (const char* layer : LAYER_KINDS) CHECK(listing.find(layer) != std::string::npos);
+    CHECK(listing.find("attention_{forward,backward}_flash") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("encoder: forward and backward, naive and flash") {
+    for (const Shape& s : SHAPES) {
+        const int B = s.B, T = s.T, C = s.C, N = B * T, maxT = T + 5, Vp = s.Vp;
+        const std::string tag = name_of(s);
+        Rng rng(seed_for("encoder " + tag));
+        auto wte = random_x((size_t)Vp * C, rng), wpe = random_x((size_t)maxT * C, rng);
+        auto tokens = random_tokens(N, std::min(s.V, 13), rng);  // few distinct tokens: long runs to sum
+        auto dout = random_x((size_t)N * C, rng);
+        auto dwte0 = random_x((size_t)Vp * C, rng), dwpe0 = random_x((size_t)maxT * C, rng);  // += into these
+
+        std::vector<double> out_ref((size_t)N * C), dwte_ref = dwte0, dwpe_ref = dwpe0;
+        ref::encoder_forward(out_ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+        ref::encoder_backward(dwte_ref.data(), dwpe_ref.data(), dout.data(), tokens.data(), B, T, C);
+
+        Dev<floatX> d_wte(wte.size()), d_wpe(wpe.size()), d_out(out_ref.size()), d_dout(dout.size());
+        Dev<floatX> d_dwte(wte.size()), d_dwpe(wpe.size());
+        Dev<int> d_tok(N);
+        Dev<char> ws(ws_bytes(s));
+        put(d_wte, wte), put(d_wpe, wpe), put(d_dout, dout), put(d_tok, tokens);
+        std::vector<double> out[2], dwte[2], dwpe[2];
+        for (int k = 0; k < 2; k++) {
+            const KernelSet ks = KernelSet::all(VARIANTS[k]);
+            d_out.poison();
+            encoder_forward(ks, d_out, d_tok, d_wte, d_wpe, B, T, C, 0);
+            out[k] = get(d_out);
+            put(d_dwte, dwte0), put(d_dwpe, dwpe0);
+            encoder_backward(ks, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+            dwte[k] = get(d_dwte), dwpe[k] = get(d_dwpe);
+        }
+        check_naive_flash("encoder out " + tag, out[0], out[1], out_ref);
+        check_naive_flash("encoder dwte " + tag, dwte[0], dwte[1], dwte_ref);
+        check_naive_flash("encoder dwpe " + tag, dwpe[0], dwpe[1], dwpe_ref);
+
+        // flash backward: deterministic
+        put(d_dwte, dwte0), put(d_dwpe, dwpe0);
+        encoder_backward(KernelSet{}, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+        const auto first = bytes(d_dwte);
+        put(d_dwte, dwte0), put(d_dwpe, dwpe0);
+        encoder_backward(KernelSet{}, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+        CHECK_MESSAGE(first == bytes(d_dwte), "encoder_backward_flash is not deterministic " << tag);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive and flash") {
+    for (const Shape& s : SHAPES) {
+        const int N = s.B * s.T, C = s.C;
+        const size_t NC = (size_t)N * C;
+        const std::string tag = name_of(s);
+        Rng rng(seed_for("layernorm " + tag));
+        auto a = random_x(NC, rng, 0.5, 2.0), r2 = random_x(NC, rng, -0.2, 1.0);
+        auto w = random_x(C, rng, 1.0, 0.2), b = random_x(C, rng, 0.1, 0.2);
+
+        // residual_ref = a + r2 exactly; the GPU stores it rounded, which is part of each kernel's error.
+        std::vector<double> res_ref(NC), out_ref(NC), res_out_ref(NC), mean_ref(N), rstd_ref(N), m2(N), s2(N);
+        for (size_t i = 0; i < NC; i++) res_ref[i] = a[i] + r2[i];
+        ref::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), a.data(), w.data(), b.data(), N, C);
+        ref::layernorm_forward(res_out_ref.data(), m2.data(), s2.data(), res_ref.data(), w.data(), b.data(), N, C);
+
+        Dev<floatX> d_a(NC), d_r2(NC), d_w(C), d_b(C), d_out(NC), d_res(NC);
+        Dev<float> d_mean(N), d_rstd(N);
+        put(d_a, a), put(d_r2, r2), put(d_w, w), put(d_b, b);
+        std::vector<double> out[2], mean[2], rstd[2], res[2], res_out[2], res_mean[2];
+        for (int k = 0; k < 2; k++) {
+            const KernelSet ks = KernelSet::all(VARIANTS[k]);
+            d_out.poison(), d_mean.poison(), d_rstd.poison();
+            layernorm_forward(ks, d_out, d_mean, d_rstd, d_a, d_w, d_b, N, C, 0);
+            out[k] = get(d_out), mean[k] = get(d_mean), rstd[k] = get(d_rstd);
+            d_out.poison(), d_res.poison(), d_mean.poison();
+            residual_layernorm_forward(ks, d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C, 0);
+            res[k] = get(d_res), res_out[k] = get(d_out), res_mean[k] = get(d_mean);
+        }
+        check_naive_flash("layernorm out " + tag, out[0], out[1], out_ref);
+        check_naive_flash("layernorm mean " + tag, mean[0], mean[1], mean_ref);
+        check_naive_flash("layernorm rstd " + tag, rstd[0], rstd[1], rstd_ref);
+        check_naive_flash("residual_layernorm residual " + tag, res[0], res[1], res_ref);
+        check_naive_flash("residual_layernorm out " + tag, res_out[0], res_out[1], res_out_ref);
+        check_naive_flash("residual_layernorm mean " + tag, res_mean[0], res_mean[1], m2);
+
+        // Mixed sets take the unfused path with one flash and one naive kernel.
+        for (const char* layer : {"residual", "layernorm"}) {
+            KernelSet mixed;
+            mixed.set(layer, "naive");
+            d_out.poison(), d_res.poison();
+            residual_layernorm_forward(mixed, d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C, 0);
+            check_naive_flash(std::string("residual_layernorm out, ") + layer + " naive " + tag, res_out[0],
+                              get(d_out), res_out_ref);
+        }
+
+        // Standalone residual over a count that is not a multiple of the 16-byte vector (the tail path).
+        const size_t n_odd = NC - 3;
+        std::vector<double> sum_ref(n_odd), sum[2];
+        for (size_t i = 0; i < n_odd; i++) sum_ref[i] = a[i] + r2[i];
+        Dev<floatX> d_sum(n_odd);
+        for (int k = 0; k < 2; k++) {
+            d_sum.poison();
+            residual_forward(KernelSet::all(VARIANTS[k]), d_sum, d_a, d_r2, n_odd, 0);
+            sum[k] = get(d_sum);
+        }
+        check_naive_flash("residual_forward " + tag, sum[0], sum[1], sum_ref);
+
+        // backward, with the oracle's mean/rstd (as fp32) as the saved statistics; dinp, dw, db accumulate.
+        auto dout = random_x(NC, rng), dinp0 = random_x(NC, rng), dw0 = random_x(C, rng), db0 = random_x(C, rng);
+        std::vector<double> mean_f(N), rstd_f(N);
+        for (int i = 0; i < N; i++) mean_f[i] = (float)mean_ref[i], rstd_f[i] = (float)rstd_ref[i];
+        std::vector<double> dinp_ref = dinp0, dw_ref = dw0, db_ref = db0;
+        ref::layernorm_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), a.data(), w.data(),
+                                mean_f.data(), rstd_f.data(), N, C);
+        Dev<floatX> d_dout(NC), d_dinp(NC), d_dw(C), d_db(C);
+        Dev<char> ws(ws_bytes(s));
+        put(d_dout, dout), put(d_mean, mean_f), put(d_rstd, rstd_f);
+        std::vector<double> dinp[2], dw[2], db[2];
+        std::vector<unsigned char> first;
+        for (int k = 0; k < 3; k++) {  // naive, flash, flash again (determinism)
+            const KernelSet ks = KernelSet::all(VARIANTS[std::min(k, 1)]);
+            put(d_dinp, dinp0), put(d_dw, dw0), put(d_db, db0);
+            layernorm_backward(ks, d_dinp, d_dw, d_db, ws, d_dout, d_a, d_w, d_mean, d_rstd, N, C, 0);
+            if (k < 2) dinp[k] = get(d_dinp), dw[k] = get(d_dw), db[k] = get(d_db);
+            if (k == 1) first = bytes(d_dw);
+            if (k == 2) CHECK_MESSAGE(first == bytes(d_dw), "layernorm_backward_flash is not deterministic " << tag);
+        }
+        check_naive_flash("layernorm dinp " + tag, dinp[0], dinp[1], dinp_ref);
+        check_naive_flash("layernorm dw " + tag, dw[0], dw[1], dw_ref);
+        check_naive_flash("layernorm db " + tag, db[0], db[1], db_ref);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("gelu: forward and backward (also in place), naive and flash") {
+    Rng rng(seed_for("gelu"));
+    const size_t n = 3 * 1000 + 5;  // not a multiple of the 16-byte vector
+    auto x = random_x(n, rng, 0.2, 2.5), dout = random_x(n, rng);
+    std::vector<double> y_ref(n), dx_ref(n, 0.0);
+    ref::gelu_forward(y_ref.data(), x.data(), (int)n);
+    ref::gelu_backward(dx_ref.data(), x.data(), dout.data(), (int)n);
+    Dev<floatX> d_x(n), d_y(n), d_dout(n), d_dx(n);
+    put(d_x, x), put(d_dout, dout);
+    std::vector<double> y[2], dx[2], dx_inplace[2];
+    for (int k = 0; k < 2; k++) {
+        const KernelSet ks = KernelSet::all(VARIANTS[k]);
+        d_y.poison(), d_dx.poison();
+        gelu_forward(ks, d_y, d_x, n, 0);
+        gelu_backward(ks, d_dx, d_x, d_dout, n, 0);
+        y[k] = get(d_y), dx[k] = get(d_dx);
+        put(d_dx, dout);
+        gelu_backward(ks, d_dx, d_x, d_dx, n, 0);  // dinp == dout
+        dx_inplace[k] = get(d_dx);
+    }
+    check_naive_flash("gelu out", y[0], y[1], y_ref);
+    check_naive_flash("gelu dinp", dx[0], dx[1], dx_ref);
+    check_naive_flash("gelu dinp in place", dx_inplace[0], dx_inplace[1], dx_ref);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One matmul configuration: with/without bias, with/without GELU (forward: matmul_gelu_forward; backward:
+// the input was gelu(pre_gelu), so dinp comes back times gelu'(pre_gelu)).
+static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, const std::string& what) {
+    const int N = s.B * s.T;
+    const std::string tag = what + " " + name_of(s) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    Rng rng(seed_for("matmul " + tag));
+    auto inp = random_x((size_t)N * C, rng), w = random_x((size_t)OC * C, rng, 0.02, 0.3);
+    auto bvec = bias ? random_x(OC, rng) : std::vector<double>{};
+    auto pre_in = random_x((size_t)N * C, rng, 0.1, 1.5);  // for the backward: inp = gelu(pre_in)
+    auto dout = random_x((size_t)N * OC, rng);
+    auto dw0 = random_x((size_t)OC * C, rng), db0 = bias ? random_x(OC, rng) : std::vector<double>{};
+
+    // forward oracle: out = inp w^T + b, and gelu(out)
+    std::vector<double> out_ref((size_t)N * OC), gelu_ref((size_t)N * OC);
+    ref::matmul_forward(out_ref.data(), inp.data(), w.data(), bias ? bvec.data() : nullptr, N, C, OC);
+    ref::gelu_forward(gelu_ref.data(), out_ref.data(), N * OC);
+    // backward oracle: dinp = (dout w) [* gelu'(pre_in)], dw += dout^T inp, db += colsum(dout)
+    std::vector<double> bwd_inp = inp;
+    if (gelu) {
+        bwd_inp = std::vector<double>((size_t)N * C);
+        ref::gelu_forward(bwd_inp.data(), pre_in.data(), N * C);
+        bwd_inp = rounded_x(bwd_inp);  // the GPU holds gelu(pre) as floatX
+    }
+    std::vector<double> dinp_ref((size_t)N * C, 0.0), dw_ref = dw0, db_ref = db0, dlin((size_t)N * C, 0.0);
+    ref::matmul_backward(dlin.data(), dw_ref.data(), bias ? db_ref.data() : nullptr, dout.data(), bwd_inp.data(),
+                         w.data(), N, C, OC);
+    if (gelu) ref::gelu_backward(dinp_ref.data(), pre_in.data(), dlin.data(), N * C);
+    else dinp_ref = dlin;
+
+    Dev<floatX> d_inp(inp.size()), d_w(w.size()), d_b(std::max(1, bias ? OC : 0)), d_out(out_ref.size()),
+        d_pre(out_ref.size()), d_dout(dout.size()), d_dinp(inp.size()), d_dw(w.size()), d_db(std::max(1, OC)),
+        d_pre_in(inp.size()), d_bwd_inp(inp.size());
+    Dev<char> ws(ws_bytes(s));
+    put(d_inp, inp), put(d_w, w), put(d_dout, dout), put(d_pre_in, pre_in), put(d_bwd_inp, bwd_inp);
+    if (bias) put(d_b, bvec);
+    const floatX* b_ptr = bias ? (const floatX*)d_b : nullptr;
+
+    // naive, flash, then the mixed sets that split matmul+gelu fusions
+    KernelSet mm_flash_gelu_naive, mm_naive_gelu_flash = KernelSet::all(Variant::naive);
+    mm_flash_gelu_naive.gelu = Variant::naive;
+    mm_naive_gelu_flash.gelu = Variant::flash;
+    const KernelSet sets[4] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash};
+    std::vector<double> out[4], pre[4], dinp[4], dw[4], db[4];
+    std::vector<unsigned char> first;
+    for (int k = 0; k < 5; k++) {  // k = 4: flash again, for determinism
+        const KernelSet& ks = sets[k == 4 ? 1 : k];
+        d_out.poison(), d_pre.poison(), d_dinp.poison();
+        if (gelu) matmul_gelu_forward(ks, d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC, 0);
+        else matmul_forward(ks, d_out, d_inp, d_w, b_ptr, N, C, OC, 0);
+        put(d_dw, dw0);
+        if (bias) put(d_db, db0);
+        matmul_backward(ks, d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, ws, d_dout, d_bwd_inp, d_w,
+                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC, 0);
+        if (k == 4) {
+            CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
+            break;
+        }
+        out[k] = get(d_out), dinp[k] = get(d_dinp), dw[k] = get(d_dw);
+        if (gelu) pre[k] = get(d_pre);
+        if (bias) db[k] = get(d_db);
+        if (k == 1) first = bytes(d_dw);
+    }
+    const char* names[4] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)"};
+    for (int k = 1; k < 4; k++) {
+        if (!gelu && k > 1) break;  // without GELU the mixed sets are the plain matmul again
+        check_naive_flash("matmul out " + tag + names[k], out[0], out[k], gelu ? gelu_ref : out_ref);
+        if (gelu) check_naive_flash("matmul pre_gelu " + tag + names[k], pre[0], pre[k], out_ref);
+        check_naive_flash("matmul dinp " + tag + names[k], dinp[0], dinp[k], dinp_ref);
+        check_naive_flash("matmul dw " + tag + names[k], dw[0], dw[k], dw_ref);
+        if (bias) check_naive_flash("matmul dbias " + tag + names[k], db[0], db[k], db_ref);
+    }
+}
+
+TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
+    for (const Shape& s : SHAPES) {
+        check_matmul(s, s.C, 3 * s.C, true, false, "qkv");            // bias
+        check_matmul(s, s.C, 4 * s.C, true, true, "fc+gelu");         // bias + GELU epilogue
+        check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
+        check_matmul(s, s.C, s.Vp, false, false, "lm head");          // no bias
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("classifier: softmax + cross-entropy + dlogits, naive and flash") {
+    for (const Shape& s : SHAPES) {
+        const int B = s.B, T = s.T, N = B * T, V = s.V, Vp = s.Vp;
+        const std::string tag = name_of(s) + " V=" + std::to_string(V);
+        Rng rng(seed_for("classifier " + tag));
+        auto logits = random_x((size_t)N * Vp, rng, 0.3, 2.0);
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) logits[(size_t)n * Vp + v] = 50.0;  // padding must be ignored
+        auto targets = random_tokens(N, V, rng);
+        const float scale = 1.0f / N;
+
+        std::vector<double> losses_ref(N), probs((size_t)N * Vp), dlogits_ref((size_t)N * Vp, 0.0), dl(N, scale);
+        ref::crossentropy_softmax_forward(losses_ref.data(), probs.data(), logits.data(), targets.data(), B, T, V, Vp);
+        ref::crossentropy_softmax_backward(dlogits_ref.data(), dl.data(), probs.data(), targets.data(), B, T, V, Vp);
+
+        Dev<floatX> d_logits(logits.size());
+        Dev<float> d_losses(N);
+        Dev<int> d_targets(N);
+        Dev<char> ws(ws_bytes(s));
+        put(d_targets, targets);
+        std::vector<double> losses[2], dlogits[2], losses_only[2];
+        for (int k = 0; k < 2; k++) {
+            const KernelSet ks = KernelSet::all(VARIANTS[k]);
+            put(d_logits, logits), d_losses.poison();
+            fused_classifier(ks, d_logits, d_losses, ws, d_targets, B, T, V, Vp, scale, false, 0);  // loss only
+            losses_only[k] = get(d_losses);
+            CHECK_MESSAGE(get(d_logits) == logits, "classifier without dlogits changed the logits " << tag);
+            d_losses.poison();
+            fused_classifier(ks, d_logits, d_losses, ws, d_targets, B, T, V, Vp, scale, true, 0);
+            losses[k] = get(d_losses), dlogits[k] = get(d_logits);
+        }
+        check_naive_flash("classifier losses " + tag, losses[0], losses[1], losses_ref);
+        check_naive_flash("classifier losses (no dlogits) " + tag, losses_only[0], losses_only[1], losses_ref);
+        check_naive_flash("classifier dlogits " + tag, dlogits[0], dlogits[1], dlogits_ref);
+        bool pad_zero = true;
+        for (int k = 0; k < 2; k++)
+            for (int n = 0; n < N; n++)
+                for (int v = V; v < Vp; v++) pad_zero = pad_zero && dlogits[k][(size_t)n * Vp + v] == 0.0;
+        CHECK_MESSAGE(pad_zero, "padded columns must get exactly zero gradient " << tag);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST_CASE("adamw and the global gradient norm, naive and flash") {
+    GPT2Config cfg;  // a tiny model: 16 tensors of odd sizes, decayed and not
+    cfg.max_seq_len = 7, cfg.vocab_size = 11, cfg.padded_vocab_size = 16, cfg.num_layers = 2, cfg.num_heads = 1,
+    cfg.channels = 12;
+    const ParamLayout layout = ParamLayout::gpt2(cfg);
+    const size_t n = layout.total();
+    REQUIRE(n == num_parameters(cfg));
+    Rng rng(seed_for("adamw"));
+    auto master = random_f(n, rng, 0.05, 0.5), grads = random_x(n, rng, 0.01, 0.1);
+    auto m0 = random_f(n, rng, 0.0, 0.01), v0 = random_f(n, rng, 0.0, 0.01);
+    for (auto& x : v0) x = std::fabs(x);
+    AdamWHyper hp;
+    hp.lr = 1e-2f, hp.weight_decay = 0.1f, hp.t = 3, hp.grad_scale = 0.7f;
+
+    // oracle (llmc/ref/adamw.h), with the clipping scale applied to the gradients first
+    std::vector<double> master_ref = master, scaled(n);
+    for (size_t i = 0; i < n; i++) scaled[i] = grads[i] * hp.grad_scale;
+    std::vector<float> m_ref(m0.begin(), m0.end()), v_ref(v0.begin(), v0.end());
+    ref::AdamW rhp;
+    rhp.lr = hp.lr, rhp.beta1 = hp.beta1, rhp.beta2 = hp.beta2, rhp.eps = hp.eps, rhp.weight_decay = hp.weight_decay;
+    ref::adamw_update(master_ref, scaled, m_ref, v_ref, cfg, rhp, hp.t);
+    const std::vector<double> m_refd(m_ref.begin(), m_ref.end()), v_refd(v_ref.begin(), v_ref.end());
+
+    Dev<float> d_master(n), d_m(n), d_v(n), d_norm(1);
+    Dev<floatX> d_params(n), d_grads(n);
+    Dev<char> ws(global_norm_workspace_bytes(Variant::naive));
+    put(d_grads, grads);
+    std::vector<double> out_master[2], out_params[2], out_m[2], out_v[2], norm[2];
+    for (int k = 0; k < 2; k++) {
+        const KernelSet ks = KernelSet::all(VARIANTS[k]);
+        put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
+        adamw_update(ks, d_master, d_params, d_grads, d_m, d_v, layout, hp, 0);
+        out_master[k] = get(d_master), out_params[k] = get(d_params), out_m[k] = get(d_m), out_v[k] = get(d_v);
+        d_norm.poison();
+        global_norm_squared(ks, d_norm, ws, d_grads, layout, 0);
+        norm[k] = get(d_norm);
+    }
+    check_naive_flash("adamw master weights", out_master[0], out_master[1], master_ref);
+    check_naive_flash("adamw params (floatX)", out_params[0], out_params[1], rounded_x(master_ref));
+    check_naive_flash("adamw m", out_m[0], out_m[1], m_refd);
+    check_naive_flash("adamw v", out_v[0], out_v[1], v_refd);
+    const double norm_ref = ref::global_grad_norm(grads);
+    check_naive_flash("global norm squared", norm[0], norm[1], {norm_ref * norm_ref});
+
+    // flash norm: deterministic
+    global_norm_squared(KernelSet{}, d_norm, ws, d_grads, layout, 0);
+    const auto first = bytes(d_norm);
+    global_norm_squared(KernelSet{}, d_norm, ws, d_grads, layout, 0);
+    CHECK(first == bytes(d_norm));
+
+#if defined(ENABLE_FP32)
+    // FP32 build without master weights: params are updated in place.
+    for (int k = 0; k < 2; k++) {
+        put(d_params, master), put(d_m, m0), put(d_v, v0);
+        adamw_update(KernelSet::all(VARIANTS[k]), nullptr, d_params, d_grads, d_m, d_v, layout, hp, 0);
+        out_params[k] = get(d_params);
+    }
+    check_naive_flash("adamw params without master", out_params[0], out_params[1], master_ref);
+#else
+    CHECK_THROWS_AS(adamw_update(KernelSet{}, nullptr, d_params, d_grads, d_m, d_v, layout, hp, 0), Error);
+#endif
+}
