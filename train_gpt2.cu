@@ -1,0 +1,509 @@
+// train_gpt2.cu — GPT-2 training on the GPU, every layer as a naive or a flash kernel, chosen at run time.
+//
+// The model itself (buffers, forward, backward, AdamW) is llmc/model.cuh; this file is the training program
+// around it, in the order a run goes:
+//   1. pick the model: `-e d12` (random GPT-2 init of depth 12) or an llm.c checkpoint, or --resume;
+//   2. plan the GPU memory and stop early with a clear message if it cannot fit;
+//   3. the loop: every step, gradient accumulation over micro-batches, global-norm clipping, AdamW with a
+//      cosine schedule; val loss every -v steps; a sample (KV-cache decoding) every -s steps; a checkpoint
+//      (model + optimizer + data position + RNG) every -n steps and at the end; one log line per step;
+//   4. --compare: the same short run with all-naive then all-flash kernels, timed layer by layer.
+// Included with TESTING defined (test/gpu/test_model.cu), it provides everything but main().
+#ifndef EIGEN_NO_CUDA
+#define EIGEN_NO_CUDA  // the reference is host code: keep Eigen's CUDA paths out of nvcc's way
+#endif
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint.h"
+#include "llmc/checkpoint_cuda.h"
+#include "llmc/common.cuh"
+#include "llmc/config.h"
+#include "llmc/dataloader.h"
+#include "llmc/error.h"
+#include "llmc/fileio.h"
+#include "llmc/kernels.h"
+#include "llmc/kvcache.cuh"
+#include "llmc/logger.h"
+#include "llmc/model.cuh"
+#include "llmc/profile.h"
+#include "llmc/ref/gpt2.h"  // ref::GPT2::init_random: the same initial weights as the CPU trainer and the oracle
+#include "llmc/sampler.h"
+#include "llmc/schedule.h"
+#include "llmc/tokenizer.h"
+#include "llmc/train_options.h"
+
+namespace flashgpt2 {
+
+// ---------------------------------------------------------------------------------------------------------
+// Model shapes and cost.
+
+// -e dN: GPT-2's shapes by depth, head size 64 throughout (d12 = GPT-2 small 124M, d24 = medium, ...);
+// below 12 layers one head per layer, llm.c's "d6 = 384 channels, 6 heads" pattern.
+inline std::optional<GPT2Config> config_from_depth(const std::string& init) {
+    if (init.size() < 2 || init[0] != 'd' || init.find_first_not_of("0123456789", 1) != std::string::npos)
+        return std::nullopt;
+    const int depth = std::atoi(init.c_str() + 1);
+    GPT2Config c;  // maxT 1024, V 50257, Vp 50304
+    c.num_layers = depth;
+    if (depth >= 1 && depth <= 12) c.num_heads = depth;
+    else if (depth == 24) c.num_heads = 16;
+    else if (depth == 36) c.num_heads = 20;
+    else if (depth == 48) c.num_heads = 25;
+    else fail("-e %s: no GPT-2 shape for depth %d (use d1..d12, d24, d36, d48, or a checkpoint file)", init.c_str(), depth);
+    c.channels = 64 * c.num_heads;
+    return c;
+}
+
+// Training FLOPs per token: 6 per parameter (forward 2, backward 4) plus attention's QK^T and PV, 12·L·C·T
+// (forward 4·L·C·T without the causal halving, times 3 for forward + backward) — the nanoGPT / PaLM count that
+// gives ≈ 860 MFLOP per token for GPT-2 124M at T=1024, as in the shared anchors.
+inline double flops_per_token(const GPT2Config& c, int T) {
+    return 6.0 * (double)num_parameters(c) + 12.0 * c.num_layers * c.channels * (double)T;
+}
+
+// The peak that MFU is measured against. BF16: 790 TFLOP/s, the bf16 matmul ceiling measured on the H200
+// (shared anchors). FP32: 67 TFLOP/s, the H200 datasheet's fp32 (non-tensor-core) peak: the FP32 build runs
+// true fp32 GEMMs, no TF32.
+#if defined(ENABLE_FP32)
+constexpr double PEAK_FLOPS = 67e12;
+constexpr const char* PEAK_NAME = "67 TFLOP/s H200 fp32 datasheet";
+#else
+constexpr double PEAK_FLOPS = 790e12;
+constexpr const char* PEAK_NAME = "790 TFLOP/s H200 bf16 matmul ceiling";
+#endif
+
+inline void ensure_gpu() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        fail("no CUDA GPU found (%s): this trainer needs one; `make train` runs the CPU trainer without a GPU",
+             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    cudaCheck(cudaSetDevice(0));
+}
+
+// Bytes of GPU memory in use on the device right now (every process: context, cuBLAS, our buffers).
+inline size_t gpu_memory_used() {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+// The initial weights: GPT-2's random init (the oracle's, so GPU, CPU and the tests start alike), or a file.
+inline std::vector<float> initial_params(const TrainOptions& o, const GPT2Config& cfg) {
+    if (config_from_depth(o.init)) {
+        ref::GPT2<float> init(cfg);
+        init.init_random(o.seed);
+        return std::move(init.params);
+    }
+    std::vector<float> params;
+    load_checkpoint(o.init, params);
+    return params;
+}
+
+// The model's config: from the checkpoint being resumed, else -e. A resumed checkpoint must match -e when
+// -e was given explicitly.
+inline GPT2Config resolve_config(const TrainOptions& o, const std::string& resume_file) {
+    std::optional<GPT2Config> depth = config_from_depth(o.init);
+    const GPT2Config from_e = depth ? *depth : load_checkpoint_config(o.init);
+    if (resume_file.empty()) return from_e;
+    const GPT2Config c = load_checkpoint_config(resume_file);
+    if (o.given.count("-e") && !same_config(c, from_e))
+        fail("--resume: checkpoint config mismatch: %s holds %s but -e %s is %s", resume_file.c_str(),
+             config_str(c).c_str(), o.init.c_str(), config_str(from_e).c_str());
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Evaluation and sampling.
+
+// The val batch size: the largest B' <= B whose batches cover at least 95% of the val split's sequences
+// (the loader only reads whole batches), so "the whole val split" really is (nearly) all of it.
+inline int choose_val_batch(const std::string& glob, int B, int T, int V) {
+    const DataLoader probe(glob, 1, T, false, 0, V);  // one sequence per batch: counts the sequences
+    const size_t nseq = probe.num_batches();
+    for (int b = (int)std::min<size_t>(B, nseq); b > 1; b--)
+        if ((nseq / b) * b * 100 >= nseq * 95) return b;
+    return 1;
+}
+
+// Mean loss over max_batches batches of the loader from its start (-1: all of them).
+inline float evaluate(GPT2Model& model, DataLoader& loader, int max_batches) {
+    loader.reset();
+    size_t nb = loader.num_batches();
+    if (max_batches > 0) nb = std::min(nb, (size_t)max_batches);
+    double sum = 0.0;
+    for (size_t i = 0; i < nb; i++) {
+        loader.next_batch();
+        model.forward(loader.inputs.data(), loader.targets.data(), loader.B, loader.T, false, 0.0f);
+        sum += model.mean_loss();
+    }
+    return (float)(sum / nb);
+}
+
+// Generates n tokens after <|endoftext|> with the KV cache and returns them as text.
+inline std::string generate_text(Decoder& dec, const Tokenizer& tok, Rng& rng, int n, int top_k, float temperature) {
+    const int V = dec.model.config.vocab_size;
+    int token = (int)tok.eot_token;
+    std::string text;
+    for (int pos = 0; pos < n; pos++) {
+        const std::vector<float>& logits = dec.step(&token, pos);
+        token = sample_top_k(logits.data(), V, top_k, temperature, rng);
+        text += tok.decode(token);
+    }
+    return text;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One optimizer step: grad_accum micro-batches forward + backward, then clip + AdamW.
+
+struct StepResult {
+    float loss = 0.0f, norm = 0.0f, lr = 0.0f;
+    double ms = 0.0;
+};
+
+struct StepRunner {
+    GPT2Model& model;
+    DataLoader& loader;
+    int grad_accum;
+    float* losses_pinned = nullptr;  // (grad_accum, B, T) page-locked: loss copies do not stall the host
+
+    StepRunner(GPT2Model& m, DataLoader& l, int accum) : model(m), loader(l), grad_accum(accum) {
+        cudaCheck(cudaMallocHost(&losses_pinned, (size_t)accum * l.B * l.T * sizeof(float)));
+    }
+    ~StepRunner() { cudaFreeHost(losses_pinned); }
+    StepRunner(const StepRunner&) = delete;
+    StepRunner& operator=(const StepRunner&) = delete;
+
+    // step counts from 0; AdamW's bias correction uses t = step + 1.
+    StepResult run(int step, const TrainOptions& o) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const int N = loader.B * loader.T;
+        const float dloss = 1.0f / ((float)N * grad_accum);  // d mean-loss / d each position's loss
+        model.zero_grad();
+        for (int micro = 0; micro < grad_accum; micro++) {
+            loader.next_batch();
+            model.forward(loader.inputs.data(), loader.targets.data(), loader.B, loader.T, true, dloss);
+            model.losses_to_host_async(losses_pinned + (size_t)micro * N);
+            model.backward();
+        }
+        StepResult r;
+        r.lr = lr_cosine(step, o.steps, o.lr, o.warmup, o.final_lr_frac);
+        r.norm = model.update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, step + 1);
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        double sum = 0.0;  // fixed order: deterministic
+        for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
+        r.loss = (float)(sum / ((double)grad_accum * N));
+        if (!std::isfinite(r.loss)) fail("step %d: the training loss is %f: the run diverged (try a lower -l)", step, r.loss);
+        return r;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// The training run.
+
+struct TrainResult {
+    std::vector<float> train_losses;            // indexed by step - first_step
+    std::vector<std::pair<int, float>> val_losses;  // (step, loss)
+    std::vector<std::string> samples;               // the generated texts, in order
+    int first_step = 0;
+    double mean_ms = 0.0, tok_per_s = 0.0, mfu = 0.0;
+    size_t peak_memory = 0, allocated = 0;
+};
+
+inline int grad_accum_steps(const TrainOptions& o) {
+    const long micro = (long)o.B * o.T;
+    const long total = o.total_batch < 0 ? micro : o.total_batch;
+    if (total % micro != 0)
+        fail("-d: total batch %ld tokens is not a multiple of B*T = %d*%d = %ld", total, o.B, o.T, micro);
+    return (int)(total / micro);
+}
+
+inline TrainResult train(const TrainOptions& o) {
+    ensure_gpu();
+    // 1. the model's config: resumed, random (dN) or from a file
+    std::string resume_model;
+    int64_t resume_step = -1;
+    if (o.resume) {
+        resume_step = latest_checkpoint_step(o.out_dir);
+        if (resume_step < 0) fail("--resume: no complete checkpoint (a DONE_<step> file) in %s", o.out_dir.c_str());
+        resume_model = checkpoint_path(o.out_dir, "model", resume_step);
+    }
+    const GPT2Config cfg = resolve_config(o, resume_model);
+    if (o.T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, cfg.max_seq_len);
+    if (o.sample_every > 0 && o.gen_tokens > cfg.max_seq_len)
+        fail("-g: %d tokens per sample exceed the model's max_seq_len %d", o.gen_tokens, cfg.max_seq_len);
+    const int grad_accum = grad_accum_steps(o);
+    const int tokens_per_step = o.B * o.T * grad_accum;
+
+    // 2. data (checked before the GPU memory is taken: a bad file costs nothing)
+    DataLoader train_loader(o.train_glob, o.B, o.T, true, o.seed, cfg.vocab_size);
+    std::optional<DataLoader> val_loader;
+    if (o.val_every > 0) {
+        const int Bv = choose_val_batch(o.val_glob, o.B, o.T, cfg.vocab_size);
+        val_loader.emplace(o.val_glob, Bv, o.T, false, 0, cfg.vocab_size);
+    }
+    std::optional<Tokenizer> tokenizer;
+    if (o.sample_every > 0) tokenizer = Tokenizer::load(o.tokenizer);
+
+    // 3. the model on the GPU
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    GPT2Model model(cfg, o.kernels, o.B, o.T);
+    Rng rng(o.seed + 1);  // sampling; seed + 1 so it does not replay the init's stream
+    int first_step = 0;
+    if (o.resume) {
+        load_model_file(resume_model, model);
+        const TrainState st = load_state_file(checkpoint_path(o.out_dir, "state", resume_step), model);
+        if (st.B != o.B || st.T != o.T || st.total_batch != (int64_t)tokens_per_step)
+            fail("--resume: the checkpoint was trained with -b %lld -t %lld -d %lld; resume with the same values "
+                 "(got -b %d -t %d -d %d)", (long long)st.B, (long long)st.T, (long long)st.total_batch, o.B, o.T,
+                 tokens_per_step);
+        train_loader.restore(st.loader);
+        rng.state = st.rng_state;
+        first_step = (int)st.step;
+    } else {
+        model.set_params(initial_params(o, cfg));
+    }
+    std::optional<Decoder> decoder;
+    if (o.sample_every > 0) decoder.emplace(model, 1);
+    Logger log((std::filesystem::path(o.out_dir) / "main.log").string(), o.resume);
+
+    const double fpt = flops_per_token(cfg, o.T);
+    if (!o.quiet) {
+        printf("device: %s (%.1f GiB), precision %s, kernels: %s\n", prop.name, gib(prop.totalGlobalMem),
+               PRECISION_NAME, o.kernels.str().c_str());
+        printf("model: %s, %zu parameters, %.1f MFLOP per token; MFU against %s\n", config_str(cfg).c_str(),
+               model.num_params, fpt / 1e6, PEAK_NAME);
+        printf("batch: B=%d T=%d, %d micro-batch(es) per step = %d tokens; train: %zu batches per epoch",
+               o.B, o.T, grad_accum, tokens_per_step, train_loader.num_batches());
+        if (val_loader)
+            printf("; val: %zu batches of %dx%d = %zu tokens", val_loader->num_batches(), val_loader->B, o.T,
+                   val_loader->num_batches() * val_loader->B * o.T);
+        printf("\n");
+        print_memory_plan(stdout, model.plan);
+        if (o.resume) printf("resumed from %s at step %d\n", resume_model.c_str(), first_step);
+        fflush(stdout);
+    }
+
+    // 4. the loop: at step s the model has had s updates; evaluate, sample, checkpoint, then train step s.
+    TrainResult res;
+    res.first_step = first_step;
+    StepRunner runner(model, train_loader, grad_accum);
+    double timed_ms = 0.0;
+    int timed_steps = 0;
+    for (int step = first_step; step <= o.steps; step++) {
+        const bool last = step == o.steps;
+        std::optional<float> val;
+        if (val_loader && (step % o.val_every == 0 || last)) {
+            val = evaluate(model, *val_loader, o.val_max_batches);
+            res.val_losses.push_back({step, *val});
+            if (!o.quiet) printf("step %4d/%d | val loss %.6f\n", step, o.steps, *val);
+        }
+        // (a resumed run skips the sample at its first step: it was drawn before the checkpoint, RNG included)
+        const bool sampled_before_checkpoint = o.resume && step == first_step;
+        if (decoder && !sampled_before_checkpoint && ((step > 0 && step % o.sample_every == 0) || last)) {
+            const std::string text = generate_text(*decoder, *tokenizer, rng, o.gen_tokens, o.top_k, o.temperature);
+            res.samples.push_back(text);
+            if (!o.quiet) printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
+        }
+        const bool periodic = o.checkpoint_every > 0 && step > first_step && step % o.checkpoint_every == 0;
+        if (periodic || (last && o.checkpoint_every >= 0 && step > first_step)) {
+            TrainState st;
+            st.step = step, st.rng_state = rng.state, st.B = o.B, st.T = o.T, st.total_batch = tokens_per_step;
+            st.seed = o.seed, st.loader = train_loader.state();
+            save_checkpoint_cuda(o.out_dir, model, st);
+            if (!o.quiet) printf("checkpoint: %s\n", checkpoint_path(o.out_dir, "model", step).c_str());
+        }
+        if (last) {
+            if (val) log.log_val(step, *val);
+            break;
+        }
+
+        const StepResult r = runner.run(step, o);
+        const double tok_s = tokens_per_step / (r.ms / 1e3);
+        res.train_losses.push_back(r.loss);
+        res.peak_memory = std::max(res.peak_memory, gpu_memory_used());
+        if (step > first_step || o.steps - first_step == 1) {  // the first step pays one-time setup: skip it
+            timed_ms += r.ms;
+            timed_steps++;
+        }
+        log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s);
+        if (!o.quiet)
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n", step + 1,
+                   o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / PEAK_FLOPS, tok_s);
+        fflush(stdout);
+    }
+    res.allocated = model.mem.allocated;
+    if (timed_steps > 0) {
+        res.mean_ms = timed_ms / timed_steps;
+        res.tok_per_s = tokens_per_step / (res.mean_ms / 1e3);
+        res.mfu = fpt * res.tok_per_s / PEAK_FLOPS;
+    }
+    if (!o.quiet && timed_steps > 0)
+        printf("summary: kernels %s B=%d T=%d | mean %.2f ms/step over %d steps (first step excluded) | %.0f tok/s | "
+               "%.1f%% MFU | peak GPU memory %.2f GiB (device-wide; %.2f GiB allocated by the trainer)\n",
+               o.kernels.str().c_str(), o.B, o.T, res.mean_ms, timed_steps, res.tok_per_s, 100.0 * res.mfu,
+               gib(res.peak_memory), gib(res.allocated));
+    return res;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// --compare (make compare): the same short run twice, all-naive then all-flash kernels, same seed, same data.
+// Per set: 1 warm-up step, COMPARE_TIMED unprofiled steps (step ms, tok/s), then COMPARE_PROFILED steps with
+// a CUDA event pair around every op (per-layer ms; the events add a little idle time, so the step total
+// comes from the unprofiled steps).
+
+constexpr int COMPARE_TIMED = 3, COMPARE_PROFILED = 2;
+
+struct CompareResult {
+    KernelSet ks;
+    double fwd_ms[NUM_LAYERS_TIMED] = {}, bwd_ms[NUM_LAYERS_TIMED] = {};  // per step
+    double step_ms = 0.0, tok_per_s = 0.0;
+    size_t peak_memory = 0, planned = 0;
+    std::vector<float> losses;
+};
+
+inline CompareResult compare_one(const TrainOptions& o, const GPT2Config& cfg, const std::vector<float>& init,
+                                 Variant variant) {
+    CompareResult r;
+    r.ks = KernelSet::all(variant);
+    DataLoader loader(o.train_glob, o.B, o.T, true, o.seed, cfg.vocab_size);
+    GPT2Model model(cfg, r.ks, o.B, o.T);
+    model.set_params(init);
+    r.planned = model.plan.total();
+    StepRunner runner(model, loader, 1);
+    LayerProfiler prof;
+    int step = 0;
+    r.losses.push_back(runner.run(step++, o).loss);  // warm-up: cuBLAS heuristics, first-touch
+    for (int i = 0; i < COMPARE_TIMED; i++) {
+        const StepResult s = runner.run(step++, o);
+        r.losses.push_back(s.loss);
+        r.step_ms += s.ms / COMPARE_TIMED;
+    }
+    model.prof = &prof;
+    for (int i = 0; i < COMPARE_PROFILED; i++) {
+        r.losses.push_back(runner.run(step++, o).loss);
+        prof.collect();
+    }
+    model.prof = nullptr;
+    for (int l = 0; l < NUM_LAYERS_TIMED; l++) {
+        r.fwd_ms[l] = prof.ms((Layer)l, Pass::forward) / COMPARE_PROFILED;
+        r.bwd_ms[l] = prof.ms((Layer)l, Pass::backward) / COMPARE_PROFILED;
+    }
+    r.tok_per_s = (double)o.B * o.T / (r.step_ms / 1e3);
+    r.peak_memory = gpu_memory_used();
+    return r;
+}
+
+// "12.34" or, for a layer with no op of its own in this set, what happened to it.
+inline std::string ms_cell(double ms, Layer layer, Pass pass, const KernelSet& ks) {
+    char s[48];
+    if (ms > 0.0) snprintf(s, sizeof s, "%.3f", ms);
+    else if (layer == Layer::residual && pass == Pass::forward && ks.layernorm == Variant::flash) snprintf(s, sizeof s, "in layernorm");
+    else if (layer == Layer::gelu && ks.matmul == Variant::flash) snprintf(s, sizeof s, "in matmul");
+    else snprintf(s, sizeof s, "-");
+    return s;
+}
+inline std::string ratio_cell(double naive, double flash) {
+    char s[32];
+    if (naive > 0.0 && flash > 0.0) snprintf(s, sizeof s, "%.1fx", naive / flash);
+    else snprintf(s, sizeof s, "-");
+    return s;
+}
+
+inline void run_compare(TrainOptions o) {
+    ensure_gpu();
+    if (!o.given.count("-b")) o.B = 4;  // small enough for the naive set's (L,B,NH,T,T) attention buffers
+    if (!o.given.count("-t")) o.T = 1024;
+    o.steps = 1 + COMPARE_TIMED + COMPARE_PROFILED;
+    o.warmup = std::min(o.warmup, o.steps);
+    const GPT2Config cfg = resolve_config(o, "");
+    if (o.T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, cfg.max_seq_len);
+    const std::vector<float> init = initial_params(o, cfg);
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("compare: %s, %s, B=%d T=%d, %s, seed %llu: 1 warm-up + %d timed + %d profiled steps per kernel set\n",
+           prop.name, config_str(cfg).c_str(), o.B, o.T, PRECISION_NAME, o.seed, COMPARE_TIMED, COMPARE_PROFILED);
+    fflush(stdout);
+    const CompareResult naive = compare_one(o, cfg, init, Variant::naive);
+    const CompareResult flash = compare_one(o, cfg, init, Variant::flash);
+
+    std::string md;
+    auto line = [&md](const char* fmt, ...) {
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        md += buf;
+    };
+    line("# naive vs flash kernels: one training step of %s\n\n", config_str(cfg).c_str());
+    line("%s, %s build, B=%d T=%d (%d tokens per step), seed %llu. Per-layer ms per step: CUDA events around every op, "
+         "mean of %d profiled steps. Step ms: wall clock, mean of %d unprofiled steps after a warm-up step. "
+         "Command: `make compare` (train_gpt2cu --compare).\n\n",
+         prop.name, PRECISION_NAME, o.B, o.T, o.B * o.T, o.seed, COMPARE_PROFILED, COMPARE_TIMED);
+    line("| layer | naive fwd ms | flash fwd ms | ratio | naive bwd ms | flash bwd ms | ratio |\n");
+    line("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int l = 0; l < NUM_LAYERS_TIMED; l++) {
+        const Layer L = (Layer)l;
+        line("| %s | %s | %s | %s | %s | %s | %s |\n", LAYER_NAMES[l], ms_cell(naive.fwd_ms[l], L, Pass::forward, naive.ks).c_str(),
+             ms_cell(flash.fwd_ms[l], L, Pass::forward, flash.ks).c_str(), ratio_cell(naive.fwd_ms[l], flash.fwd_ms[l]).c_str(),
+             ms_cell(naive.bwd_ms[l], L, Pass::backward, naive.ks).c_str(), ms_cell(flash.bwd_ms[l], L, Pass::backward, flash.ks).c_str(),
+             ratio_cell(naive.bwd_ms[l], flash.bwd_ms[l]).c_str());
+    }
+    line("\n| whole step | naive | flash | ratio |\n|---|---:|---:|---:|\n");
+    line("| step ms | %.2f | %.2f | %.1fx |\n", naive.step_ms, flash.step_ms, naive.step_ms / flash.step_ms);
+    line("| tok/s | %.0f | %.0f | %.1fx |\n", naive.tok_per_s, flash.tok_per_s, flash.tok_per_s / naive.tok_per_s);
+    line("| peak GPU memory GiB (device-wide) | %.2f | %.2f | %.1fx |\n", gib(naive.peak_memory), gib(flash.peak_memory),
+         (double)naive.peak_memory / flash.peak_memory);
+    line("| planned by the trainer GiB | %.2f | %.2f | %.1fx |\n", gib(naive.planned), gib(flash.planned),
+         (double)naive.planned / flash.planned);
+    line("\nNotes: the classifier row is softmax + loss + dlogits, done in the forward pass by both sets. The adamw row is "
+         "the optimizer step (grad norm + update). \"in layernorm\" / \"in matmul\": the flash set fuses the residual "
+         "add into the layernorm kernel and the GELU into the matmul epilogue, so they have no time of their own.\n\n");
+    line("Train loss per step (same seed, same data): naive");
+    for (float x : naive.losses) line(" %.4f", x);
+    line("; flash");
+    for (float x : flash.losses) line(" %.4f", x);
+    line("\n");
+    fputs(md.c_str(), stdout);
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    const std::string path = (std::filesystem::path(o.out_dir) / "compare.md").string();
+    write_file_atomic(path, md);
+    printf("written to %s\n", path.c_str());
+}
+
+}  // namespace flashgpt2
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    return flashgpt2::run_main([&] {
+        using namespace flashgpt2;
+        const TrainOptions o = parse_args(argc, argv);
+        if (o.help) {
+            print_help(stdout);
+            return 0;
+        }
+        if (o.list_kernels) {
+            print_kernel_registry(stdout);
+            return 0;
+        }
+        if (o.compare) {
+            run_compare(o);
+            return 0;
+        }
+        train(o);
+        return 0;
+    });
+}
+#endif
