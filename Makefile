@@ -43,6 +43,7 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(ARCH_FLAGS) -lineinfo -I. $(INC_FLAGS) -Xcompiler -fopenmp
 CUDA_LIBS := -lcublas -lcublasLt -lgomp
 
+
 # Every object file gets a dependency file, so a header edit rebuilds what includes it.
 build/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -94,6 +95,26 @@ test: build/test_cpu data
 LLMC_CUH := $(wildcard llmc/*.cuh llmc/*.h llmc/ref/*.h)
 TEST_GPU_SRC := $(wildcard test/gpu/*.cu)
 
+# NCCL, for multi-GPU data parallel training (llmc/distributed.h): the CUDA toolkit's, else the pip wheel's
+# (nvidia-nccl-cu13, found through python3), else none: then the trainer is built without it (FLASHGPT2_NO_NCCL)
+# and --num-gpus says so. Override: make NCCL_FLAGS=... NCCL_LIBS=...
+NVCC_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifneq ($(wildcard $(NVCC_HOME)/include/nccl.h),)
+NCCL_FLAGS ?=
+NCCL_LIBS  ?= -lnccl
+else
+NCCL_PIP   := $(shell python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+ifneq ($(wildcard $(NCCL_PIP)/include/nccl.h),)
+NCCL_FLAGS ?= -isystem $(NCCL_PIP)/include
+NCCL_LIBS  ?= -L$(NCCL_PIP)/lib -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_PIP)/lib
+else
+NCCL_FLAGS ?= -DFLASHGPT2_NO_NCCL
+NCCL_LIBS  ?=
+endif
+endif
+NVCCFLAGS += $(NCCL_FLAGS)
+CUDA_LIBS += $(NCCL_LIBS)
+
 build/train_gpt2cu_%: train_gpt2.cu $(LLMC_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_$*) $< -o $@ $(CUDA_LIBS)
@@ -124,7 +145,7 @@ dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/a
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 
 # The Hopper self-test checks rung 7's data path alone (TMA, swizzle, wgmma descriptors): run it when rung 7 fails.
-build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu dev/attention/forward/hopper_ptx.cuh
+build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu dev/attention/forward/7_hopper_wgmma.cuh dev/attention/attention.cuh $(LLMC_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $< -o $@
 

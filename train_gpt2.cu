@@ -8,6 +8,10 @@
 //      cosine schedule; val loss every -v steps; a sample (KV-cache decoding) every -s steps; a checkpoint
 //      (model + optimizer + data position + RNG) every -n steps and at the end; one log line per step;
 //   4. --compare: the same short run with all-naive then all-flash kernels, timed layer by layer.
+// Data parallel over N GPUs (--num-gpus N, llmc/distributed.h): one process per GPU runs this same loop on its
+// share of the batches (rank r reads global batches r, r+N, ...); after the backward the gradients are summed
+// with a reduce-scatter, each rank steps its ZeRO-1 slice of the optimizer, and an all-gather shares the new
+// weights. Rank 0 prints, logs, samples and writes the model file; every rank writes its optimizer slice.
 // Included with TESTING defined (test/gpu/test_model.cu), it provides everything but main().
 #ifndef EIGEN_NO_CUDA
 #define EIGEN_NO_CUDA  // the reference is host code: keep Eigen's CUDA paths out of nvcc's way
@@ -27,6 +31,7 @@
 #include "llmc/common.cuh"
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
+#include "llmc/distributed.h"
 #include "llmc/error.h"
 #include "llmc/fileio.h"
 #include "llmc/kernels.h"
@@ -80,13 +85,14 @@ constexpr double PEAK_FLOPS = 790e12;
 constexpr const char* PEAK_NAME = "790 TFLOP/s H200 bf16 matmul ceiling";
 #endif
 
-inline void ensure_gpu() {
+inline void ensure_gpu(int device = 0) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
         fail("no CUDA GPU found (%s): this trainer needs one; `make train` runs the CPU trainer without a GPU",
              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    cudaCheck(cudaSetDevice(0));
+    if (device >= n) fail("--num-gpus: this process wants GPU %d but the host has %d", device, n);
+    cudaCheck(cudaSetDevice(device));
 }
 
 // Bytes of GPU memory in use on the device right now (every process: context, cuBLAS, our buffers).
@@ -134,18 +140,20 @@ inline int choose_val_batch(const std::string& glob, int B, int T, int V) {
     return 1;
 }
 
-// Mean loss over max_batches batches of the loader from its start (-1: all of them).
-inline float evaluate(GPT2Model& model, DataLoader& loader, int max_batches) {
+// Mean loss over max_batches batches of the loader from its start (-1: all of them). Data parallel, rank r
+// evaluates batches r, r+W, ... and the per-rank sums are added up (one GPU: no reduction at all).
+inline float evaluate(GPT2Model& model, DataLoader& loader, int max_batches, const Distributed& dist) {
     loader.reset();
     size_t nb = loader.num_batches();
     if (max_batches > 0) nb = std::min(nb, (size_t)max_batches);
     double sum = 0.0;
     for (size_t i = 0; i < nb; i++) {
         loader.next_batch();
+        if ((int)(i % dist.world) != dist.rank) continue;
         model.forward(loader.inputs.data(), loader.targets.data(), loader.B, loader.T, false, 0.0f);
         sum += model.mean_loss();
     }
-    return (float)(sum / nb);
+    return (float)(dist.sum_host(sum, model.stream) / nb);
 }
 
 // Generates n tokens after <|endoftext|> with the KV cache and returns them as text.
@@ -173,35 +181,61 @@ struct StepRunner {
     GPT2Model& model;
     DataLoader& loader;
     int grad_accum;
+    const Distributed& dist;
     float* losses_pinned = nullptr;  // (grad_accum, B, T) page-locked: loss copies do not stall the host
+    std::vector<int> inputs, targets;  // (B, T) this rank's batch when data parallel
 
-    StepRunner(GPT2Model& m, DataLoader& l, int accum) : model(m), loader(l), grad_accum(accum) {
+    StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d)
+        : model(m), loader(l), grad_accum(accum), dist(d) {
         cudaCheck(cudaMallocHost(&losses_pinned, (size_t)accum * l.B * l.T * sizeof(float)));
     }
     ~StepRunner() { cudaFreeHost(losses_pinned); }
     StepRunner(const StepRunner&) = delete;
     StepRunner& operator=(const StepRunner&) = delete;
 
+    // The next micro-batch of this rank. Every rank's loader walks the same order (same seed) and rank r of W
+    // keeps global batches r, r+W, r+2W, ...: the loaders stay in step, so their positions (checkpointed) agree.
+    std::pair<const int*, const int*> next_batch() {
+        if (dist.world == 1) {
+            loader.next_batch();
+            return {loader.inputs.data(), loader.targets.data()};
+        }
+        for (int r = 0; r < dist.world; r++) {
+            loader.next_batch();
+            if (r == dist.rank) inputs = loader.inputs, targets = loader.targets;
+        }
+        return {inputs.data(), targets.data()};
+    }
+
     // step counts from 0; AdamW's bias correction uses t = step + 1.
     StepResult run(int step, const TrainOptions& o) {
         const auto t0 = std::chrono::steady_clock::now();
         const int N = loader.B * loader.T;
-        const float dloss = 1.0f / ((float)N * grad_accum);  // d mean-loss / d each position's loss
+        // d mean-loss / d each position's loss; the mean is over all W ranks' positions, so the reduce-scatter's
+        // sum of the ranks' gradients is the gradient of the global mean (W = 1: exactly the plain factor)
+        const float dloss = 1.0f / ((float)N * grad_accum * dist.world);
         model.zero_grad();
         for (int micro = 0; micro < grad_accum; micro++) {
-            loader.next_batch();
-            model.forward(loader.inputs.data(), loader.targets.data(), loader.B, loader.T, true, dloss);
+            const auto [in, tg] = next_batch();
+            model.forward(in, tg, loader.B, loader.T, true, dloss);
             model.losses_to_host_async(losses_pinned + (size_t)micro * N);
             model.backward();
         }
+        // Data parallel: sum the gradients into each rank's optimizer slice, step the slice (clipping by the
+        // global norm: the slices' squared norms summed), then every rank gets every slice's new weights.
+        // (One reduce-scatter after the whole backward, not overlapped with it: the simple version.)
+        dist.reduce_scatter_sum(model.grads_memory, model.shard_size, model.stream);
         StepResult r;
         r.lr = lr_cosine(step, o.steps, o.lr, o.warmup, o.final_lr_frac);
-        r.norm = model.update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, step + 1);
+        std::function<void(float*)> sum_norm2;
+        if (dist.active()) sum_norm2 = [this](float* norm2) { dist.all_reduce_sum(norm2, 1, model.stream); };
+        r.norm = model.update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, step + 1, sum_norm2);
+        dist.all_gather(model.params_memory, model.shard_size, model.stream);
         cudaCheck(cudaStreamSynchronize(model.stream));
         r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         double sum = 0.0;  // fixed order: deterministic
         for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
-        r.loss = (float)(sum / ((double)grad_accum * N));
+        r.loss = (float)(dist.sum_host(sum, model.stream) / ((double)grad_accum * N * dist.world));
         if (!std::isfinite(r.loss)) fail("step %d: the training loss is %f: the run diverged (try a lower -l)", step, r.loss);
         return r;
     }
@@ -219,16 +253,19 @@ struct TrainResult {
     size_t peak_memory = 0, allocated = 0;
 };
 
-inline int grad_accum_steps(const TrainOptions& o) {
-    const long micro = (long)o.B * o.T;
+// Micro-batches per step: the (global) total batch over W GPUs' B*T each.
+inline int grad_accum_steps(const TrainOptions& o, int world = 1) {
+    const long micro = (long)o.B * o.T * world;
     const long total = o.total_batch < 0 ? micro : o.total_batch;
     if (total % micro != 0)
-        fail("-d: total batch %ld tokens is not a multiple of B*T = %d*%d = %ld", total, o.B, o.T, micro);
+        fail("-d: total batch %ld tokens is not a multiple of B*T*GPUs = %d*%d*%d = %ld", total, o.B, o.T, world, micro);
     return (int)(total / micro);
 }
 
 inline TrainResult train(const TrainOptions& o) {
-    ensure_gpu();
+    Distributed dist;  // who this process is (one GPU unless --num-gpus or a launcher says otherwise)
+    dist.configure(o.num_gpus, o.rank, o.init_file);
+    const bool quiet = o.quiet || !dist.is_main();
     // 1. the model's config: resumed, random (dN) or from a file
     std::string resume_model;
     int64_t resume_step = -1;
@@ -236,13 +273,20 @@ inline TrainResult train(const TrainOptions& o) {
         resume_step = latest_checkpoint_step(o.out_dir);
         if (resume_step < 0) fail("--resume: no complete checkpoint (a DONE_<step> file) in %s", o.out_dir.c_str());
         resume_model = checkpoint_path(o.out_dir, "model", resume_step);
+        const int saved_world = checkpoint_world(o.out_dir, resume_step);
+        if (saved_world != dist.world)
+            fail("--resume: the checkpoint at step %lld in %s was written by %d GPU(s) (its optimizer state is sharded "
+                 "per GPU); resume with --num-gpus %d (this run has %d)", (long long)resume_step, o.out_dir.c_str(),
+                 saved_world, saved_world, dist.world);
     }
+    ensure_gpu(dist.local_rank);
+    dist.connect();
     const GPT2Config cfg = resolve_config(o, resume_model);
     if (o.T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, cfg.max_seq_len);
     if (o.sample_every > 0 && o.gen_tokens > cfg.max_seq_len)
         fail("-g: %d tokens per sample exceed the model's max_seq_len %d", o.gen_tokens, cfg.max_seq_len);
-    const int grad_accum = grad_accum_steps(o);
-    const int tokens_per_step = o.B * o.T * grad_accum;
+    const int grad_accum = grad_accum_steps(o, dist.world);
+    const int tokens_per_step = o.B * o.T * grad_accum * dist.world;  // global
 
     // 2. data (checked before the GPU memory is taken: a bad file costs nothing)
     DataLoader train_loader(o.train_glob, o.B, o.T, true, o.seed, cfg.vocab_size);
@@ -252,17 +296,17 @@ inline TrainResult train(const TrainOptions& o) {
         val_loader.emplace(o.val_glob, Bv, o.T, false, 0, cfg.vocab_size);
     }
     std::optional<Tokenizer> tokenizer;
-    if (o.sample_every > 0) tokenizer = Tokenizer::load(o.tokenizer);
+    if (o.sample_every > 0 && dist.is_main()) tokenizer = Tokenizer::load(o.tokenizer);
 
     // 3. the model on the GPU
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    GPT2Model model(cfg, o.kernels, o.B, o.T);
+    cudaCheck(cudaGetDeviceProperties(&prop, dist.local_rank));
+    GPT2Model model(cfg, o.kernels, o.B, o.T, dist.world, dist.rank);
     Rng rng(o.seed + 1);  // sampling; seed + 1 so it does not replay the init's stream
     int first_step = 0;
     if (o.resume) {
         load_model_file(resume_model, model);
-        const TrainState st = load_state_file(checkpoint_path(o.out_dir, "state", resume_step), model);
+        const TrainState st = load_state_file(state_path(o.out_dir, resume_step, dist.rank, dist.world), model);
         if (st.B != o.B || st.T != o.T || st.total_batch != (int64_t)tokens_per_step)
             fail("--resume: the checkpoint was trained with -b %lld -t %lld -d %lld; resume with the same values "
                  "(got -b %d -t %d -d %d)", (long long)st.B, (long long)st.T, (long long)st.total_batch, o.B, o.T,
@@ -274,17 +318,20 @@ inline TrainResult train(const TrainOptions& o) {
         model.set_params(initial_params(o, cfg));
     }
     std::optional<Decoder> decoder;
-    if (o.sample_every > 0) decoder.emplace(model, 1);
-    Logger log((std::filesystem::path(o.out_dir) / "main.log").string(), o.resume);
+    if (tokenizer) decoder.emplace(model, 1);
+    Logger log(dist.is_main() ? (std::filesystem::path(o.out_dir) / "main.log").string() : "", o.resume);
 
     const double fpt = flops_per_token(cfg, o.T);
-    if (!o.quiet) {
+    if (!quiet) {
         printf("device: %s (%.1f GiB), precision %s, kernels: %s\n", prop.name, gib(prop.totalGlobalMem),
                PRECISION_NAME, o.kernels.str().c_str());
+        if (dist.active())
+            printf("data parallel: %d GPU(s), NCCL %s, ZeRO-1: %zu optimizer parameters per GPU\n", dist.world,
+                   dist.world == 1 ? "1-rank communicator" : "reduce-scatter + all-gather", model.shard_size);
         printf("model: %s, %zu parameters, %.1f MFLOP per token; MFU against %s\n", config_str(cfg).c_str(),
                model.num_params, fpt / 1e6, PEAK_NAME);
-        printf("batch: B=%d T=%d, %d micro-batch(es) per step = %d tokens; train: %zu batches per epoch",
-               o.B, o.T, grad_accum, tokens_per_step, train_loader.num_batches());
+        printf("batch: B=%d T=%d, %d micro-batch(es) per step x %d GPU(s) = %d tokens; train: %zu batches per epoch",
+               o.B, o.T, grad_accum, dist.world, tokens_per_step, train_loader.num_batches());
         if (val_loader)
             printf("; val: %zu batches of %dx%d = %zu tokens", val_loader->num_batches(), val_loader->B, o.T,
                    val_loader->num_batches() * val_loader->B * o.T);
@@ -297,31 +344,31 @@ inline TrainResult train(const TrainOptions& o) {
     // 4. the loop: at step s the model has had s updates; evaluate, sample, checkpoint, then train step s.
     TrainResult res;
     res.first_step = first_step;
-    StepRunner runner(model, train_loader, grad_accum);
+    StepRunner runner(model, train_loader, grad_accum, dist);
     double timed_ms = 0.0;
     int timed_steps = 0;
     for (int step = first_step; step <= o.steps; step++) {
         const bool last = step == o.steps;
         std::optional<float> val;
         if (val_loader && (step % o.val_every == 0 || last)) {
-            val = evaluate(model, *val_loader, o.val_max_batches);
+            val = evaluate(model, *val_loader, o.val_max_batches, dist);
             res.val_losses.push_back({step, *val});
-            if (!o.quiet) printf("step %4d/%d | val loss %.6f\n", step, o.steps, *val);
+            if (!quiet) printf("step %4d/%d | val loss %.6f\n", step, o.steps, *val);
         }
         // (a resumed run skips the sample at its first step: it was drawn before the checkpoint, RNG included)
         const bool sampled_before_checkpoint = o.resume && step == first_step;
         if (decoder && !sampled_before_checkpoint && ((step > 0 && step % o.sample_every == 0) || last)) {
             const std::string text = generate_text(*decoder, *tokenizer, rng, o.gen_tokens, o.top_k, o.temperature);
             res.samples.push_back(text);
-            if (!o.quiet) printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
+            if (!quiet) printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
         }
         const bool periodic = o.checkpoint_every > 0 && step > first_step && step % o.checkpoint_every == 0;
         if (periodic || (last && o.checkpoint_every >= 0 && step > first_step)) {
             TrainState st;
             st.step = step, st.rng_state = rng.state, st.B = o.B, st.T = o.T, st.total_batch = tokens_per_step;
             st.seed = o.seed, st.loader = train_loader.state();
-            save_checkpoint_cuda(o.out_dir, model, st);
-            if (!o.quiet) printf("checkpoint: %s\n", checkpoint_path(o.out_dir, "model", step).c_str());
+            save_checkpoint_cuda(o.out_dir, model, st, dist);
+            if (!quiet) printf("checkpoint: %s\n", checkpoint_path(o.out_dir, "model", step).c_str());
         }
         if (last) {
             if (val) log.log_val(step, *val);
@@ -337,7 +384,7 @@ inline TrainResult train(const TrainOptions& o) {
             timed_steps++;
         }
         log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s);
-        if (!o.quiet)
+        if (!quiet)
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n", step + 1,
                    o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / PEAK_FLOPS, tok_s);
         fflush(stdout);
@@ -348,7 +395,7 @@ inline TrainResult train(const TrainOptions& o) {
         res.tok_per_s = tokens_per_step / (res.mean_ms / 1e3);
         res.mfu = fpt * res.tok_per_s / PEAK_FLOPS;
     }
-    if (!o.quiet && timed_steps > 0)
+    if (!quiet && timed_steps > 0)
         printf("summary: kernels %s B=%d T=%d | mean %.2f ms/step over %d steps (first step excluded) | %.0f tok/s | "
                "%.1f%% MFU | peak GPU memory %.2f GiB (device-wide; %.2f GiB allocated by the trainer)\n",
                o.kernels.str().c_str(), o.B, o.T, res.mean_ms, timed_steps, res.tok_per_s, 100.0 * res.mfu,
@@ -380,7 +427,8 @@ inline CompareResult compare_one(const TrainOptions& o, const GPT2Config& cfg, c
     GPT2Model model(cfg, r.ks, o.B, o.T);
     model.set_params(init);
     r.planned = model.plan.total();
-    StepRunner runner(model, loader, 1);
+    const Distributed one_gpu;  // --compare runs on one GPU
+    StepRunner runner(model, loader, 1, one_gpu);
     LayerProfiler prof;
     int step = 0;
     r.losses.push_back(runner.run(step++, o).loss);  // warm-up: cuBLAS heuristics, first-touch
@@ -421,6 +469,7 @@ inline std::string ratio_cell(double naive, double flash) {
 }
 
 inline void run_compare(TrainOptions o) {
+    if (o.num_gpus > 0 || launched_by_launcher()) fail("--compare runs on one GPU: drop --num-gpus");
     ensure_gpu();
     if (!o.given.count("-b")) o.B = 4;  // small enough for the naive set's (L,B,NH,T,T) attention buffers
     if (!o.given.count("-t")) o.T = 1024;
@@ -502,6 +551,8 @@ int main(int argc, char** argv) {
             run_compare(o);
             return 0;
         }
+        if (o.num_gpus > 1 && o.rank < 0 && !launched_by_launcher())
+            return launch_ranks(argc, argv, o.num_gpus);  // start the N ranks, each runs train()
         train(o);
         return 0;
     });

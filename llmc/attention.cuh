@@ -4,7 +4,8 @@
 //        P = softmax(scale * S) into HBM, (B,NH,T,T), kept until the backward; O = P V; unpermute. The
 //        backward reads P back: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K,
 //        dK = dS^T Q, each (B,NH,T,T) intermediate a round trip through HBM. GEMMs are cuBLAS batched.
-// flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh): S and P live only in
+// flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; the BF16 forward on an
+//        H100/H200 is attention_hopper.cuh, the dev ladder's rung 8): S and P live only in
 //        registers/shared memory, one tile at a time; the forward saves lse = log sum exp of each row
 //        (B,NH,T); the backward recomputes P = exp(S - lse) tile by tile (FlashAttention-2).
 //        Q, K, V are read straight from qkv by strides and out is written as (B,T,NH,HS): no permutes.
@@ -12,6 +13,7 @@
 // Sizes: the naive path runs any HS; the flash path HS in {16, 32, 64, 128} (attention_check_shape).
 #pragma once
 #include <cmath>
+#include <cstdlib>
 
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
@@ -19,6 +21,8 @@
 #include "llmc/attention_flash.cuh"
 #if !defined(ENABLE_FP32)
 #include "llmc/attention_flash_mma.cuh"
+#include "llmc/attention_hopper.cuh"
+#include "llmc/attention_backward.cuh"
 #endif
 
 namespace flashgpt2 {
@@ -206,12 +210,42 @@ inline bool attention_flash_uses_mma(int HS, bool force_scalar) {
 #endif
 }
 
+// The forward has one more, first choice: BF16 build, an sm_90a binary on an sm_90 device (checked once per
+// process), HS 64 or 128 and 16-byte aligned buffers -> the Hopper kernel (attention_hopper.cuh: wgmma +
+// TMA, q, k, v read in place from qkv through 4-D tensor maps, out written as (B,T,NH,HS)). It writes lse
+// exactly as the other flash forwards do, so every flash backward reads it. allow_hopper = false (or the
+// environment variable FLASHGPT2_ATTENTION_HOPPER=0, for side-by-side timing) runs the fallbacks instead.
+inline bool attention_forward_uses_hopper(int HS, const void* qkv, const void* out, bool force_scalar,
+                                          bool allow_hopper) {
+#if !defined(ENABLE_FP32)
+    static const bool env_off = [] {
+        const char* e = std::getenv("FLASHGPT2_ATTENTION_HOPPER");
+        return e && e[0] == '0' && !e[1];
+    }();
+    return !force_scalar && allow_hopper && !env_off && aligned16(qkv) && aligned16(out) &&
+           attention_hopper_supports(HS);
+#else
+    (void)HS, (void)qkv, (void)out, (void)force_scalar, (void)allow_hopper;
+    return false;
+#endif
+}
+
 inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
-                                    cudaStream_t stream, bool force_scalar = false) {
+                                    cudaStream_t stream, bool force_scalar = false, bool allow_hopper = true) {
     attention_check_shape(Variant::flash, C, NH);
     const int HS = C / NH;
 #if !defined(ENABLE_FP32)
+    if (attention_forward_uses_hopper(HS, qkv, out, force_scalar, allow_hopper)) {
+        AttentionHopperParams p;  // q, k, v: (B,T,3,NH,HS) read in place; out: (B,T,NH,HS)
+        p.q = qkv, p.k = qkv + C, p.v = qkv + 2 * C;
+        p.in = HeadStrides{(long long)T * 3 * C, HS, 3LL * C};
+        p.o = out, p.out = HeadStrides{(long long)T * C, HS, C};
+        p.lse = lse, p.B = B, p.NH = NH, p.T = T, p.HS = HS, p.stream = stream;
+        return attention_forward_hopper(p);
+    }
     if (attention_flash_uses_mma(HS, force_scalar)) return attention_forward_flash_mma(out, lse, qkv, B, T, NH, HS, stream);
+#else
+    (void)allow_hopper;
 #endif
     attention_forward_flash_scalar(out, lse, qkv, B, T, NH, HS, stream);
 }
@@ -222,11 +256,11 @@ inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout,
     attention_check_shape(Variant::flash, C, NH);
     const int HS = C / NH;
     float* D = WorkspaceCarver(ws).take<float>((size_t)B * NH * T);  // (B,NH,T) rowsum(dO * O)
-    attention_flash_backward_preprocess(D, dout, out, B, T, NH, HS, stream);
 #if !defined(ENABLE_FP32)
-    if (attention_flash_uses_mma(HS, force_scalar))
-        return attention_backward_flash_mma(dqkv, dout, qkv, lse, D, B, T, NH, HS, stream);
+    if (attention_flash_uses_mma(HS, force_scalar))  // computes D itself, fused into its dQ kernel
+        return attention_backward_flash_mma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 #endif
+    attention_flash_backward_preprocess(D, dout, out, B, T, NH, HS, stream);
     attention_backward_flash_scalar(dqkv, dout, qkv, lse, D, B, T, NH, HS, stream);
 }
 

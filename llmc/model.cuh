@@ -13,6 +13,12 @@
 // AdamW moments m, v are flat too. Activations are kept per layer for the backward pass. Everything is sized
 // up front by plan_memory() and checked against the free GPU memory BEFORE the first allocation, so a run that
 // cannot fit stops with one line saying how much it needs and which flag to lower.
+//
+// Data parallel (llmc/distributed.h): with num_shards W > 1 the model is one of W replicas, and the optimizer is
+// ZeRO-1 sharded (Rajbhandari et al. 2020, stage 1): replica r owns the slice [shard_begin, shard_end) of the flat
+// parameter buffer and keeps AdamW m, v and the master weights for that slice only (1/W of them); update() steps
+// only that slice. The parameter and gradient buffers are padded to W equal slices, as NCCL's reduce-scatter and
+// all-gather want. W = 1 (the default): one slice, the whole buffer, no padding: the plain model.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -20,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -150,6 +157,20 @@ inline size_t attention_saved_stride(const KernelSet& ks, int B, int T, int NH) 
     return ws_round(attention_saved_bytes(ks, B, T, NH));
 }
 
+// ZeRO-1: the part of a layout inside [begin, end) of the flat buffer, with offsets relative to begin; tensors
+// outside it become empty. What one optimizer shard's AdamW and grad-norm launches see. [0, total): the layout.
+inline ParamLayout layout_slice(const ParamLayout& l, size_t begin, size_t end) {
+    ParamLayout s = l;
+    for (int i = 0; i <= l.count; i++) s.offset[i] = std::min(std::max(l.offset[i], begin), end) - begin;
+    return s;
+}
+
+// Elements per optimizer shard: P itself for one shard; else ceil(P / W) rounded up to 128 elements (256-byte
+// aligned slices for NCCL and the vector loads), so the padded buffer holds W * shard_size >= P.
+inline size_t shard_size_for(size_t P, int num_shards) {
+    return num_shards == 1 ? P : ceil_div(ceil_div(P, (size_t)num_shards), (size_t)128) * 128;
+}
+
 // Bytes of each kind of buffer for a model, a kernel set and a micro-batch shape: the memory plan.
 struct MemoryPlan {
     size_t params = 0, grads = 0, master = 0, adam = 0;        // weights and optimizer
@@ -157,14 +178,15 @@ struct MemoryPlan {
     size_t total() const { return params + grads + master + adam + activations + workspace; }
 };
 
-inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, int T) {
+inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, int T, int num_shards = 1) {
     MemoryPlan m;
     const size_t P = num_parameters(c), N = (size_t)B * T, L = c.num_layers, C = c.channels;
     const size_t X = sizeof(floatX), F = sizeof(float);
-    m.params = P * X;
-    m.grads = P * X;
-    m.master = USE_MASTER_WEIGHTS ? P * F : 0;
-    m.adam = 2 * P * F;
+    const size_t S = shard_size_for(P, num_shards);  // this replica's optimizer slice (at most)
+    m.params = S * num_shards * X;
+    m.grads = S * num_shards * X;
+    m.master = USE_MASTER_WEIGHTS ? S * F : 0;
+    m.adam = 2 * S * F;
     m.att_saved = L * attention_saved_stride(ks, B, T, c.num_heads);
     m.activations = N * C * X                       // encoded
                     + L * N * C * X * 2 + L * N * F * 4  // ln1, ln2 and their mean/rstd
@@ -211,11 +233,17 @@ struct GPT2Model {
     MemoryPlan plan;
     GpuMemory mem;
 
-    floatX* params_memory = nullptr;  // (num_params)
-    floatX* grads_memory = nullptr;   // (num_params)
-    float* master = nullptr;          // (num_params) fp32 master weights, BF16 build only
-    float* m = nullptr;               // (num_params) AdamW first moment
-    float* v = nullptr;               // (num_params) AdamW second moment
+    // ZeRO-1 (see the top of the file): this replica's optimizer slice [shard_begin, shard_end) of the flat buffer.
+    int num_shards = 1, shard_rank = 0;
+    size_t shard_size = 0;                 // elements per slice (the last one may hold fewer real parameters)
+    size_t shard_begin = 0, shard_end = 0;
+    ParamLayout shard_layout;              // layout_slice(layout, shard_begin, shard_end)
+
+    floatX* params_memory = nullptr;  // (num_shards * shard_size) >= num_params; the padding is never read
+    floatX* grads_memory = nullptr;   // (num_shards * shard_size), the padding stays 0
+    float* master = nullptr;          // (shard_end - shard_begin) fp32 master weights, BF16 build only
+    float* m = nullptr;               // (shard_end - shard_begin) AdamW first moment
+    float* v = nullptr;               // (shard_end - shard_begin) AdamW second moment
     ParameterTensors params, grads;
     ActivationTensors acts;
     void* ws = nullptr;               // the ops' shared workspace
@@ -227,7 +255,8 @@ struct GPT2Model {
     int* tokens_pinned = nullptr;     // (2, B, T) page-locked staging of inputs and targets: copies stay async
     cudaEvent_t tokens_copied = nullptr;  // the last copy out of tokens_pinned has finished
 
-    GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_) : config(cfg), ks(kernels), B(B_), T(T_) {
+    GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_, int shards = 1, int shard = 0)
+        : config(cfg), ks(kernels), B(B_), T(T_), num_shards(shards), shard_rank(shard) {
         validate_config(cfg, "model");
         if (B < 1 || T < 1) fail("-b/-t: B=%d and T=%d must be positive", B, T);
         if (T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", T, cfg.max_seq_len);
@@ -235,7 +264,13 @@ struct GPT2Model {
         check_kernel_support(ks, cfg.channels, cfg.num_heads);
         num_params = num_parameters(cfg);
         layout = ParamLayout::gpt2(cfg);
-        plan = plan_memory(cfg, ks, B, T);
+        if (num_shards < 1 || shard_rank < 0 || shard_rank >= num_shards)
+            fail("model: optimizer shard %d of %d does not exist", shard_rank, num_shards);
+        shard_size = shard_size_for(num_params, num_shards);
+        shard_begin = std::min(num_params, (size_t)shard_rank * shard_size);
+        shard_end = std::min(num_params, shard_begin + shard_size);
+        shard_layout = layout_slice(layout, shard_begin, shard_end);
+        plan = plan_memory(cfg, ks, B, T, num_shards);
         check_memory_fits(plan, B, T, ks);
         mem.hint = "reduce -b (batch size) or -t (sequence length)";
         cudaCheck(cudaStreamCreate(&stream));
@@ -256,10 +291,12 @@ struct GPT2Model {
     void set_params(const std::vector<float>& host);   // also sets the master weights
     std::vector<float> get_params() const;              // the floatX weights the model computes with, widened
     std::vector<float> get_grads() const;
-    void zero_grad() { cudaCheck(cudaMemsetAsync(grads_memory, 0, num_params * sizeof(floatX), stream)); }
+    size_t padded_params() const { return shard_size * num_shards; }
+    size_t shard_params() const { return shard_end - shard_begin; }  // this replica's optimizer slice
+    void zero_grad() { cudaCheck(cudaMemsetAsync(grads_memory, 0, padded_params() * sizeof(floatX), stream)); }
     void zero_optimizer() {
-        cudaCheck(cudaMemsetAsync(m, 0, num_params * sizeof(float), stream));
-        cudaCheck(cudaMemsetAsync(v, 0, num_params * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(m, 0, shard_params() * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(v, 0, shard_params() * sizeof(float), stream));
     }
 
     // ---- the passes ----
@@ -273,8 +310,11 @@ struct GPT2Model {
     void losses_to_host_async(float* pinned) const {
         cudaCheck(cudaMemcpyAsync(pinned, acts.losses, (size_t)fwd_B * fwd_T * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
-    // grad norm (before clipping) -> clip -> AdamW step t (from 1); returns the norm.
-    float update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t);
+    // grad norm (before clipping) -> clip -> AdamW step t (from 1) on this replica's slice; returns the norm.
+    // Sharded (ZeRO-1), the norm is over the slice's gradients; sum_norm2, when given, turns that squared norm
+    // (one device float, on `stream`) into the global one (an all-reduce over the replicas).
+    float update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
+                 const std::function<void(float* norm2)>& sum_norm2 = nullptr);
 
     // Layer l's slice of a per-layer buffer (L, B, T, k*C).
     template <class P>
@@ -289,11 +329,11 @@ private:
 
 inline void GPT2Model::allocate() {
     const size_t N = (size_t)B * T, L = config.num_layers, C = config.channels, Vp = config.padded_vocab_size;
-    params_memory = mem.alloc_n<floatX>(num_params, "parameters");
-    grads_memory = mem.alloc_n<floatX>(num_params, "gradients");
-    if (USE_MASTER_WEIGHTS) master = mem.alloc_n<float>(num_params, "fp32 master weights");
-    m = mem.alloc_n<float>(num_params, "AdamW m");
-    v = mem.alloc_n<float>(num_params, "AdamW v");
+    params_memory = mem.alloc_n<floatX>(padded_params(), "parameters");
+    grads_memory = mem.alloc_n<floatX>(padded_params(), "gradients");
+    if (USE_MASTER_WEIGHTS) master = mem.alloc_n<float>(shard_params(), "fp32 master weights");
+    m = mem.alloc_n<float>(shard_params(), "AdamW m");
+    v = mem.alloc_n<float>(shard_params(), "AdamW v");
     params = ParameterTensors::view(params_memory, config);
     grads = ParameterTensors::view(grads_memory, config);
 
@@ -326,10 +366,10 @@ inline void GPT2Model::allocate() {
     a.scratch_bt4c = mem.alloc_n<floatX>(N * 4 * C, "scratch (B,T,4C)");
     ws = mem.alloc(workspace_bytes(ks, B, T, config.channels, config.num_heads, config.padded_vocab_size), "workspace");
     norm2 = mem.alloc_n<float>(1, "grad norm");
-    cudaCheck(cudaMemset(params_memory, 0, num_params * sizeof(floatX)));
-    cudaCheck(cudaMemset(grads_memory, 0, num_params * sizeof(floatX)));
-    cudaCheck(cudaMemset(m, 0, num_params * sizeof(float)));
-    cudaCheck(cudaMemset(v, 0, num_params * sizeof(float)));
+    cudaCheck(cudaMemset(params_memory, 0, padded_params() * sizeof(floatX)));
+    cudaCheck(cudaMemset(grads_memory, 0, padded_params() * sizeof(floatX)));
+    cudaCheck(cudaMemset(m, 0, shard_params() * sizeof(float)));
+    cudaCheck(cudaMemset(v, 0, shard_params() * sizeof(float)));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -346,8 +386,9 @@ inline void GPT2Model::set_params(const std::vector<float>& host) {
     std::vector<floatX> x(num_params);
     floats_to_floatX(host.data(), x.data(), num_params);
     cudaCheck(cudaMemcpy(params_memory, x.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
-    // The master weights start as the given fp32 values (a resume overwrites them with the saved ones).
-    if (master) cudaCheck(cudaMemcpy(master, host.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
+    // The master weights (this replica's slice) start as the given fp32 values (a resume overwrites them).
+    if (master)
+        cudaCheck(cudaMemcpy(master, host.data() + shard_begin, shard_params() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 inline std::vector<float> device_floatX_to_host(const floatX* d, size_t n) {
@@ -568,11 +609,13 @@ inline void GPT2Model::backward() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The optimizer step: global gradient norm (deterministic), clip factor, AdamW on every tensor.
+// The optimizer step: global gradient norm (deterministic), clip factor, AdamW on every tensor of this
+// replica's slice (all of them when not sharded: shard_layout is then the layout itself).
 inline float GPT2Model::update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip,
-                               int t) {
+                               int t, const std::function<void(float* norm2)>& sum_norm2) {
     ProfileSpan s(prof, Layer::adamw, Pass::forward, stream);
-    global_norm_squared(ks, norm2, ws, grads_memory, layout, stream);
+    global_norm_squared(ks, norm2, ws, grads_memory + shard_begin, shard_layout, stream);
+    if (sum_norm2) sum_norm2(norm2);
     float norm2_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm2_host, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
@@ -580,7 +623,7 @@ inline float GPT2Model::update(float lr, float beta1, float beta2, float eps, fl
     AdamWHyper hp;
     hp.lr = lr, hp.beta1 = beta1, hp.beta2 = beta2, hp.eps = eps, hp.weight_decay = weight_decay, hp.t = t;
     hp.grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;  // llm.c's clipping rule
-    adamw_update(ks, master, params_memory, grads_memory, m, v, layout, hp, stream);
+    adamw_update(ks, master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp, stream);
     return norm;
 }
 

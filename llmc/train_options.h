@@ -47,6 +47,9 @@ struct TrainOptions {
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
     bool help = false;
     bool quiet = false;            // no per-step stdout lines (tests)
+    int num_gpus = 0;              // data parallel over N processes (llmc/distributed.h); 0 = the plain 1-GPU trainer
+    int rank = -1;                 // this process's rank (-1: from the launcher's variables, or start the ranks)
+    std::string init_file;         // where rank 0 leaves NCCL's id for the others
     std::set<std::string> given;   // the flags given on the command line (--compare keeps its own defaults otherwise)
 };
 
@@ -82,6 +85,11 @@ inline void print_help(FILE* f) {
             "  -o DIR         output directory: checkpoints, main.log    [%s]\n"
             "  --resume       continue bit-exactly from the newest complete checkpoint in DIR\n"
             "  --seed S       seed of init, data order and sampling      [%llu]\n"
+            "multi-GPU (data parallel, NCCL; ZeRO-1 optimizer shards; rank 0 writes logs and the model file):\n"
+            "  --num-gpus N   N processes, one per GPU; -b is per GPU, -d the global batch (default N*B*T). Without\n"
+            "                 --rank the trainer starts the N processes itself. N = 1: the NCCL path on one GPU\n"
+            "  --rank R       this process's rank (by hand; mpirun/torchrun set OMPI_COMM_WORLD_RANK or RANK instead)\n"
+            "  --init-file F  a file every rank can read: rank 0 writes NCCL's id there (needed with N > 1 and --rank)\n"
             "kernels:\n"
             "  --kernels naive|flash   the whole set                     [flash]\n"
             "  --encoder --layernorm --matmul --attention --gelu --residual --classifier --adamw naive|flash\n"
@@ -173,6 +181,9 @@ inline TrainOptions parse_args(int argc, char** argv) {
             if (s < 0) fail("--seed: %ld must be >= 0", s);
             o.seed = static_cast<unsigned long long>(s);
         }
+        else if (a == "--num-gpus") o.num_gpus = parse_int(f, v, 1, 1024);
+        else if (a == "--rank") o.rank = parse_int(f, v, 0, 1023);
+        else if (a == "--init-file") o.init_file = v;
         else if (a == "--kernels") o.kernels = KernelSet::all(parse_variant(v, "--kernels"));
         else if (a.size() > 2 && a[1] == '-' && is_layer_flag(a.substr(2))) o.kernels.set(a.substr(2), v);
         else fail("unknown flag '%s' (see --help)", f);

@@ -6,6 +6,8 @@
 //   ./dev/attention/runner fwd V [B NH T HS] [--seed S]    (no shape: edge shapes T = 1, 2, 17, 65, 257, 1000
 //                                                          at HS 64 and 128, then (8,12,1024,64), timed)
 //   ./dev/attention/runner bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
+//   ./dev/attention/runner bwd [B NH T HS] [--seed S]  (llmc's attention backward, naive and flash: see
+//                                                          dev/attention/backward/runner_bwd.cuh)
 #define EIGEN_NO_CUDA  // the oracle is host code: keep Eigen's own CUDA support out of this .cu file
 #include <algorithm>
 #include <cstdlib>
@@ -573,6 +575,9 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     return all_ok ? 0 : 1;
 }
 
+// `runner bwd`: the trainer's attention backward, validated and timed the same way (its own file).
+#include "dev/attention/backward/runner_bwd.cuh"
+
 int main(int argc, char** argv) {
     return run_main([&] {
         std::string command = "./dev/attention/runner";
@@ -580,6 +585,8 @@ int main(int argc, char** argv) {
         if (argc >= 2 && !strcmp(argv[1], "--list")) return cmd_list();
         if (argc >= 2 && !strcmp(argv[1], "fwd")) return cmd_fwd(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1, command);
-        fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]");
+        if (argc >= 2 && !strcmp(argv[1], "bwd")) return cmd_bwd(argc - 1, argv + 1);
+        fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] "
+             "[--seed S] | bwd [B NH T HS] [--seed S]");
     });
 }

@@ -89,9 +89,9 @@ if "$CUOBJDUMP" --dump-sass $R > build/runner.sass 2> "$OUT/21_sass_err.txt"; th
     {
         echo "totals in dev/attention/runner: HGMMA $(grep -c HGMMA build/runner.sass)  HMMA $(grep -c HMMA build/runner.sass)" \
              " LDSM $(grep -c LDSM build/runner.sass)  LDL $(grep -c -w LDL build/runner.sass)  STL $(grep -c -w STL build/runner.sass)"
-        echo "per kernel of rungs 5-8 (mangled names):"
+        echo "per kernel of rungs 5-6 and llmc/attention_hopper.cuh (rungs 7-8; mangled names):"
         awk '/Function : /{name=$3}
-             name ~ /ladder2r[5678]/ {
+             name ~ /ladder2r[56]|hopper_attention/ {
                  if ($0 ~ /HGMMA/) h[name]++; if ($0 ~ /HMMA/) m[name]++; if ($0 ~ /LDSM/) s[name]++
                  if ($0 ~ /[^A-Z]LDL[ .]/) ll[name]++; if ($0 ~ /[^A-Z]STL[ .]/) sl[name]++; if ($0 ~ /MUFU.EX2/) e[name]++
                  if ($0 ~ /UTMALDG/) t[name]++; if ($0 ~ /WARPGROUP.ARRIVE/) a[name]++; seen[name] = 1 }
@@ -106,8 +106,8 @@ echo "== 5. ncu: one launch of rungs 6, 7 and 8 at (64,12,1024,64) =="
 for v in 6 7 8; do
     case $v in
         6) kname=attention_forward_pipelined_kernel ;;
-        7) kname=attention_forward_wgmma_kernel ;;
-        8) kname=attention_forward_pingpong_kernel ;;
+        7) kname=attention_forward_hopper_overlap_kernel ;;   # llmc/attention_hopper.cuh, rung 7's loop
+        8) kname=attention_forward_hopper_pingpong_kernel ;;  # the same, rung 8's loop (the trainer's)
     esac
     timeout -k 5 150 "$NCU" --clock-control none -k "regex:$kname" -c 1 \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
@@ -119,7 +119,7 @@ done
 # instruction count (rung 8's softmax changes should lower it). A separate run: a metric name this ncu does
 # not know only costs this file.
 for v in 7 8; do
-    kname=$([[ $v == 7 ]] && echo attention_forward_wgmma_kernel || echo attention_forward_pingpong_kernel)
+    kname=$([[ $v == 7 ]] && echo attention_forward_hopper_overlap_kernel || echo attention_forward_hopper_pingpong_kernel)
     timeout -k 5 90 "$NCU" --clock-control none -k "regex:$kname" -c 1 --metrics \
         sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,gpu__time_duration.sum \
         $R fwd $v 64 12 1024 64 > "$OUT/21_ncu_pipes_r$v.txt" 2>&1 ||

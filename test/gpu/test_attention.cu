@@ -1,8 +1,11 @@
 // Attention's GPU tests: naive (S and P in HBM) and flash (tiled, lse saved), forward and backward, against
 // ref::attention_forward/backward in double. Shapes cover T = 1, T that is a multiple of no tile (the
 // flash tiles are 32 and 64 rows), several tiles, GPT-2 small's 12 heads of 64, and every head size the
-// flash path takes (16, 32, 64, 128). In the BF16 build the flash path at HS 64 runs on the tensor cores;
-// the fp32-arithmetic flash kernels are then tested too (forced), under the same rule.
+// flash path takes (16, 32, 64, 128). In the BF16 build the flash forward at HS 64 and 128 runs the Hopper
+// kernel (llmc/attention_hopper.cuh) on an H100/H200, and HS 64 otherwise runs on mma.sync tensor cores; the
+// fallbacks are then tested too (Hopper off; fp32-arithmetic kernels forced), under the same rule. The Hopper
+// forward gets odd T (1, 37, 67, 257, 301, 2051), both head sizes, more work items than SMs (its dynamic
+// scheduler) and Br 192 tiles (T >= 2048), and back-to-back launches (its self-resetting work counter).
 #include "gpu_check.h"
 
 #include "llmc/ref/ref.h"
@@ -23,7 +26,29 @@ const AttnShape ATTN_SHAPES[] = {
     {1, 257, 64, 1},    // one long head
     {1, 67, 256, 2},    // HS 128
     {2, 20, 64, 4},     // HS 16
+    {2, 37, 256, 2},    // HS 128, T odd
+    {2, 1, 256, 2},     // HS 128, T = 1
+    {1, 257, 256, 2},   // HS 128, several 128-row tiles
+    {4, 301, 768, 12},  // Hopper: 48 heads x 3 query tiles = 144 work items > 132 SMs (dynamic scheduler)
+    {1, 2051, 128, 2},  // Hopper HS 64 with 192-row tiles (T >= 2048), last tile partial
 };
+
+// Flash variants to run: the default dispatch, then (BF16 build) with the Hopper kernel off, then the
+// fp32-arithmetic kernels forced. The FP32 build has one flash path.
+struct FlashRun {
+    const char* name;
+    bool force_scalar, allow_hopper;
+};
+const FlashRun FLASH_RUNS[] = {{"", false, true}, {" (Hopper off)", false, false}, {" (fp32-arithmetic flash)", true, false}};
+
+// Is this device one the Hopper forward must take (an sm_90 GPU; the build targets sm_90a by default)?
+bool device_is_sm90() {
+    int dev = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
 
 // lse[bh, i] = log sum_{j <= i} exp(S[bh, i, j]) from the oracle's scaled scores (B, NH, T, T).
 std::vector<double> lse_of(const std::vector<double>& preatt, int BH, int T) {
@@ -74,14 +99,30 @@ TEST_CASE("attention: forward and backward, naive and flash") {
         // P is bf16 in the BF16 build, computed from S rounded to bf16: the sanity bound (see gpu_check.h).
         check_single("attention P (naive) " + tag, att_naive, att_ref, TOL_BF16_SANITY);
 
-        // flash (in the BF16 build at HS 64 the tensor-core kernels), then the fp32-arithmetic kernels
-        const int runs = BF16_BUILD ? 2 : 1;
+        // The default flash path must be the Hopper kernel where it can run (an sm_90 device, BF16 build,
+        // HS 64 or 128): a dispatch that silently fell back would leave it untested.
+        const bool hopper = attention_forward_uses_hopper(HS, d_qkv, d_out, false, true);
+        if (BF16_BUILD && (HS == 64 || HS == 128) && device_is_sm90())
+            CHECK_MESSAGE(hopper, "the Hopper attention forward is not taken on this sm_90 device (" << tag << ")");
+
+        const int runs = BF16_BUILD ? 3 : 1;
         for (int r = 0; r < runs; r++) {
-            const bool force_scalar = r == 1;
-            const std::string name = std::string(force_scalar ? " (fp32-arithmetic flash)" : "") + " " + tag;
+            const FlashRun& fr = FLASH_RUNS[r];
+            const bool force_scalar = fr.force_scalar;
+            const bool this_hopper = attention_forward_uses_hopper(HS, d_qkv, d_out, force_scalar, fr.allow_hopper);
+            const std::string name = std::string(fr.name) + (this_hopper ? " [hopper]" : "") + " " + tag;
             d_out.poison(), d_lse.poison(), d_dqkv.poison();
-            attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar);
+            attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
             const auto out_flash = get(d_out), lse_flash = get(d_lse);
+            {   // launched twice back to back on one stream: the same bits (the Hopper kernel's work
+                // counter must have reset itself, or the second launch would leave NaN rows)
+                const auto out_bytes = bytes(d_out), lse_bytes = bytes(d_lse);
+                d_out.poison(), d_lse.poison();
+                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
+                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
+                CHECK_MESSAGE((out_bytes == bytes(d_out) && lse_bytes == bytes(d_lse)),
+                              "attention_forward_flash differs when launched back to back" << name);
+            }
             attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0, force_scalar);
             const auto dqkv_flash = get(d_dqkv);
             check_naive_flash("attention out" + name, out_naive, out_flash, out_ref);

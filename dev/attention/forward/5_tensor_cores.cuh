@@ -22,12 +22,12 @@
 #pragma once
 #include <cstdint>
 #include "dev/attention/attention.cuh"
+#include "llmc/attention_fragment.cuh"
 #include "llmc/common.cuh"
 
 namespace ladder::r5 {
 
 using bf16 = __nv_bfloat16;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- small PTX wrappers (rung 6 reuses them) ---------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -56,112 +56,18 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats → one register of two bf16 (lo in the low half: the lower column index).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// 2^x on the special-function unit (one MUFU.EX2; 2^-inf = +0).
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // ---- the softmax pieces, on the accumulator fragment layout -------------------------------------------
-// A tile of scores in accumulator layout: s[c][0..1] are row g, columns 8c+2t, 8c+2t+1; s[c][2..3] are row
-// g+8, same columns. The four lanes of a quad (same g) together hold complete rows. mma.sync's m16n8 and
-// Hopper wgmma's m64nN accumulators both have this per-warp layout, so rungs 6 and 7 reuse these.
-
-// Causal mask: -inf where key > query. row_g: query index of row g; key0: key index of column 0.
-template <int NC>
-__device__ __forceinline__ void causal_mask(float (&s)[NC][4], int row_g, int key0, int lane) {
-    const int col = key0 + 2 * (lane % 4);
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            if (col + 8 * c + (r & 1) > row_g + 8 * (r >> 1)) s[c][r] = -INFINITY;
-}
-
-// One step of the online softmax (Milakov & Gimelshein 2018; FlashAttention-2 Alg. 1, lines 8–10) for the
-// thread's two rows. In: raw scores s, running max m (score units) and thread-partial sum l. Out: s holds
-// P~ = exp(scale·(s − m_new)), computed as 2^(s·scale·log2e − m_new·scale·log2e); alpha = exp(scale·(m_old
-// − m_new)) is the factor the caller applies to its O accumulator; l ← alpha·l + Σ P~ (this thread's part:
-// the quad's four partial sums are added once, at the end, since alpha is the same for all four).
-template <int NC>
-__device__ __forceinline__ void online_softmax(float (&s)[NC][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                               float scale_log2) {
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[c][0], s[c][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[c][2], s[c][3]));
-    }
-    float neg_ms[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));  // the row's max over its quad
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        // A row with every score masked so far has max -inf: use 0 so that exps are 0, never inf - inf.
-        const float m_use = mx[h] == -INFINITY ? 0.f : mx[h];
-        alpha[h] = fast_exp2((m[h] - m_use) * scale_log2);  // first tile: m = -inf → alpha = 0
-        m[h] = mx[h];
-        neg_ms[h] = -m_use * scale_log2;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            s[c][r] = fast_exp2(fmaf(s[c][r], scale_log2, neg_ms[r >> 1]));
-            sum[r >> 1] += s[c][r];
-        }
-    l[0] = l[0] * alpha[0] + sum[0];
-    l[1] = l[1] * alpha[1] + sum[1];
-}
-
-// O accumulator rows scaled by alpha (row g: [.][0..1], row g+8: [.][2..3]).
-template <int NC>
-__device__ __forceinline__ void scale_rows(float (&o)[NC][4], const float (&alpha)[2]) {
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        o[c][0] *= alpha[0]; o[c][1] *= alpha[0];
-        o[c][2] *= alpha[1]; o[c][3] *= alpha[1];
-    }
-}
-
-// P~ as the A operand of the P·V mma for keys 16kk..16kk+15: slices 2kk and 2kk+1 of the S fragment.
-template <int NC>
-__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[NC][4], int kk) {
-    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-}
-
-// Epilogue for one warp's 16 rows: O / l → bf16, lse = m·scale + ln l (natural log). Rows ≥ T are skipped.
-// o_head / lse_head point at the head's row 0; row_g is the query index of fragment row g.
-template <int NC>
-__device__ __forceinline__ void write_rows(const float (&o)[NC][4], float (&l)[2], const float (&m)[2], bf16* o_head,
-                                           float* lse_head, int row_g, int T, int HS, float scale, int lane) {
-    const int t = lane % 4;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's partial sums: the row's full l
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        const int row = row_g + 8 * h;
-        if (row >= T) continue;
-        const float inv_l = 1.f / l[h];
-        bf16* dst = o_head + (size_t)row * HS + 2 * t;
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
-                __floats2bfloat162_rn(o[c][2 * h] * inv_l, o[c][2 * h + 1] * inv_l);
-        if (t == 0) lse_head[row] = m[h] * scale + logf(l[h]);
-    }
-}
+// causal_mask, online_softmax, scale_rows, p_fragment (P~ straight into the next mma's A operand) and
+// write_rows (O / l, lse) live in llmc/attention_fragment.cuh: the trainer's Hopper kernel uses them too.
+// Read them there; they work on the accumulator layout described in the comment on mma_bf16_16816 above.
+using flashgpt2::frag::causal_mask;
+using flashgpt2::frag::fast_exp2;
+using flashgpt2::frag::kLog2e;
+using flashgpt2::frag::online_softmax;
+using flashgpt2::frag::p_fragment;
+using flashgpt2::frag::pack_bf16;
+using flashgpt2::frag::scale_rows;
+using flashgpt2::frag::write_rows;
 
 // ---- the kernel ---------------------------------------------------------------------------------------
 // ROWS×HS bf16 tile from a head (rows from row0; rows ≥ T become zeros) into padded shared memory

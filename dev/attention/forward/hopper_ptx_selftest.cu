@@ -1,5 +1,6 @@
-// Self-test of rung 7's Hopper layer alone (hopper_ptx.cuh + rung 7's qk_gemm / pv_gemm / to_p), so that a
-// failure of the full rung can be pinned to the data path or to the pipeline around it. One warpgroup:
+// Self-test of the Hopper layer alone (llmc/hopper_ptx.cuh + the qk_gemm / pv_gemm / to_p of
+// llmc/attention_hopper.cuh, which rungs 7 and 8 and the trainer run), so that a failure of the full kernel
+// can be pinned to the data path or to the pipeline around it. One warpgroup:
 //   TMA loads Q (64×HS), K and V (128×HS, of which only T_kv = 100 rows exist: rows 100..127 must arrive as
 //   zeros) in the 128-byte swizzled layout → S = Q Kᵀ by wgmma (both operands K-major descriptors) → P =
 //   bf16(S) in registers → O = P V by wgmma (A from registers, V through an MN-major descriptor).

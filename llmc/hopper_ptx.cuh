@@ -1,6 +1,7 @@
-// Hopper (sm_90a) building blocks for rung 7, each a thin wrapper over one PTX instruction (PTX ISA 8.x,
-// "Asynchronous warpgroup level matrix multiply" and "Tensor copy" chapters), kept apart so the rung reads
-// as the algorithm. Four mechanisms:
+// Hopper (sm_90a) building blocks of the Hopper attention kernel (llmc/attention_hopper.cuh; dev rungs 7
+// and 8 teach it), each a thin wrapper over one PTX instruction (PTX ISA 8.x, "Asynchronous warpgroup level
+// matrix multiply" and "Tensor copy" chapters), kept apart so the kernel reads as the algorithm. Four
+// mechanisms:
 //   mbarrier   a 64-bit shared-memory barrier with a phase bit. Threads arrive; the TMA unit "arrives" with
 //              bytes (expect_tx announces how many, each completed copy counts its bytes down). A phase
 //              completes when the arrival count and the byte count both reach zero; waiters poll the parity.
@@ -21,7 +22,7 @@
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 
-namespace ladder::hopper {
+namespace flashgpt2::hopper {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -64,6 +65,13 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
         ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// The same for a 4-D map (c3 outermost): the attention kernel's (head dim, token, head, batch) view.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
 }
 __device__ __forceinline__ void prefetch_tma_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -213,24 +221,45 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// A (B·NH, T, HS) bf16 tensor as a 3-D map whose box is `rows` rows × 64 columns (128 bytes: the swizzle
-// span) of one head; head-dim panels beyond the first are separate boxes at column 64, 128, … Rows past T
-// read as zeros. Why 3-D: with a 2-D (B·NH·T, HS) view a box past the end of a head would read the next
-// head's rows instead of zeros.
-inline CUtensorMap make_head_map(const void* base, int BH, int T, int HS, int rows) {
+// A bf16 tensor of `rank` dimensions (dims[0] innermost and contiguous; strides in ELEMENTS of dims 1..rank-1)
+// as a map whose box is box[] elements, 128-byte swizzled. Each box is 64 columns (128 bytes: the swizzle
+// span) × rows of one head; head-dim panels beyond the first are separate boxes at column 64, 128, … Boxes
+// reaching past a dimension's end read as zeros. TMA wants the base and every stride 16-byte aligned.
+inline CUtensorMap make_bf16_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                                 const cuuint32_t* box) {
     CUtensorMap map;
-    const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)T, (cuuint64_t)BH};
-    const cuuint64_t strides[2] = {(cuuint64_t)HS * 2, (cuuint64_t)T * HS * 2};  // bytes, of dims 1 and 2
-    const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1};
-    const cuuint32_t elem_strides[3] = {1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims,
-                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    cuuint64_t stride_bytes[4];
+    const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+    for (int i = 0; i + 1 < rank; i++) stride_bytes[i] = strides[i] * 2;
+    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank,
+                                            const_cast<void*>(base), dims, stride_bytes, box, elem_strides,
+                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        flashgpt2::fail("cuTensorMapEncodeTiled failed (CUresult %d) for BH=%d T=%d HS=%d rows=%d", (int)r, BH, T,
-                        HS, rows);
+        flashgpt2::fail("cuTensorMapEncodeTiled failed (CUresult %d) for a rank-%d bf16 map, dims %llu x %llu, "
+                        "box %u x %u (base and strides must be 16-byte aligned)",
+                        (int)r, rank, (unsigned long long)dims[0], (unsigned long long)dims[1], box[0], box[1]);
     return map;
 }
 
-}  // namespace ladder::hopper
+// A contiguous (B·NH, T, HS) tensor as a 3-D map, box `rows` × 64 of one head. Why 3-D: with a 2-D
+// (B·NH·T, HS) view a box past the end of a head would read the next head's rows instead of zeros.
+inline CUtensorMap make_head_map(const void* base, int BH, int T, int HS, int rows) {
+    const cuuint64_t dims[3] = {(cuuint64_t)HS, (cuuint64_t)T, (cuuint64_t)BH};
+    const cuuint64_t strides[2] = {(cuuint64_t)HS, (cuuint64_t)T * HS};
+    const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1};
+    return make_bf16_map(base, 3, dims, strides, box);
+}
+
+// Element (b, h, t, d) of a strided (B, NH, T, HS) tensor at b·sb + h·sh + t·st + d, as a 4-D map with
+// coordinates (d, t, h, b) and box `rows` × 64 of one head. One map serves any layout: the contiguous
+// (B, NH, T, HS) of the ladder, or q, k, v read in place from a (B, T, 3, NH, HS) qkv buffer.
+inline CUtensorMap make_strided_head_map(const void* base, int B, int NH, int T, int HS, long long sb, long long sh,
+                                         long long st, int rows) {
+    const cuuint64_t dims[4] = {(cuuint64_t)HS, (cuuint64_t)T, (cuuint64_t)NH, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)st, (cuuint64_t)sh, (cuuint64_t)sb};
+    const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1};
+    return make_bf16_map(base, 4, dims, strides, box);
+}
+
+}  // namespace flashgpt2::hopper

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Multi-GPU data parallel training (llmc/distributed.h: NCCL, ZeRO-1, sharded data), on whatever GPUs are here.
+#   1. the GPU tests of suite "distributed", FP32 then BF16 (test/gpu/test_distributed.cu): ZeRO-1 slices step
+#      bit-for-bit like the whole optimizer; --num-gpus 1 (a 1-rank NCCL communicator) is bit-identical to the plain
+#      trainer, resume included; the 2-process test runs only with 2+ GPUs (else it prints SKIPPED);
+#   2. the trainer's command line, one GPU: d6 B=4 T=256 20 steps, plain vs --num-gpus 1: every logged train/val loss
+#      and the final model file must be identical;
+#   3. only with 2+ GPUs: recipe R1 on 2 GPUs at the same global batch (B=8 per GPU, -d 16384) vs the 1-GPU R1 val
+#      curve (40_train's, else run here): within +-0.05 at every val step; throughput at B=16 per GPU, 1 vs 2 GPUs
+#      (acceptance >= 1.8x).
+# NCCL_NVLS_ENABLE=0 is set here and by the trainer itself. Wall time on 1 GPU: not measured yet (estimate < 1 min:
+# the tests use a 2-layer model, the CLI runs a 6-layer one for 20 short steps).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+t_all=$(date +%s); rc=0
+stamp() { echo "== $1 ($(( $(date +%s) - t_all )) s elapsed)"; }
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+echo "GPUs here: $ngpu"
+
+# --- 1. tests ---
+for prec in fp32 bf16; do
+  bin=./build/test_gpu_$prec
+  [[ -x $bin ]] || { echo "missing $bin (see build.log)"; rc=1; continue; }
+  stamp "test_distributed $prec"
+  timeout 180 "$bin" -ts=distributed --duration=true 2>&1 | tee "$OUT/test_distributed_$prec.txt"
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+done
+
+# --- 2. plain vs --num-gpus 1 on the command line ---
+bin=./build/train_gpt2cu_bf16
+[[ -x $bin ]] || { echo "missing $bin (see build.log)"; exit 1; }
+common=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin
+        --tokenizer data/gpt2_tokenizer.bin --seed 42)
+stamp "CLI: plain vs --num-gpus 1 (d6 B=4 T=256, 20 steps)"
+for mode in plain nccl1; do
+  extra=(); [[ $mode == nccl1 ]] && extra=(--num-gpus 1)
+  timeout 120 $bin "${common[@]}" -e d6 -b 4 -t 256 -x 20 -v 10 -m 8 -s 0 -n 0 "${extra[@]}" -o "$OUT/dist_$mode" \
+    > "$OUT/dist_$mode.txt" 2>&1 || { rc=1; tail -n 5 "$OUT/dist_$mode.txt"; }
+done
+strip() { awk '{ for (i=1; i<=NF; i++) if ($i=="train" || $i=="val") printf "%s %s %s ", $2, $i, $(i+1); print "" }' "$1"; }
+if diff <(strip "$OUT/dist_plain/main.log") <(strip "$OUT/dist_nccl1/main.log") > "$OUT/dist_diff.txt" &&
+   cmp "$OUT/dist_plain/model_00000020.bin" "$OUT/dist_nccl1/model_00000020.bin"; then
+  echo "plain vs --num-gpus 1: $(grep -c train "$OUT/dist_plain/main.log") train losses, val losses and model file identical: OK"
+else
+  echo "plain vs --num-gpus 1: DIFFERENT (see dist_diff.txt): FAIL"; rc=1
+fi
+
+# --- 3. two GPUs: R1 and throughput ---
+if (( ngpu < 2 )); then
+  echo "2-GPU checks (R1 within +-0.05 of 1 GPU, throughput >= 1.8x): SKIPPED, $ngpu GPU(s) here"
+  stamp "60_distributed done, rc=$rc"; exit $rc
+fi
+r1=(-e d12 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m -1 -s 0 -n -1 --kernels flash)
+ref_log="$OUT/r1/main.log"   # 40_train's 1-GPU R1, same settings
+if [[ ! -f $ref_log ]]; then
+  stamp "R1 on 1 GPU (reference)"
+  timeout 300 $bin "${common[@]}" "${r1[@]}" -b 16 -o "$OUT/r1_1gpu" > "$OUT/r1_1gpu.txt" 2>&1 || rc=1
+  ref_log="$OUT/r1_1gpu/main.log"
+fi
+stamp "R1 on 2 GPUs: B=8 per GPU, global batch 16x1024"
+timeout 300 $bin "${common[@]}" "${r1[@]}" -b 8 -d 16384 --num-gpus 2 -o "$OUT/r1_2gpu" > "$OUT/r1_2gpu.txt" 2>&1 || rc=1
+awk 'NR==FNR { for (i=3; i<NF; i++) if ($i=="val") ref[$2]=$(i+1); next }
+     { for (i=3; i<NF; i++) if ($i=="val") got[$2]=$(i+1) }
+     END { bad=0; n=0; for (s in ref) { n++; ok = (s in got) && got[s]-ref[s] <= 0.05 && ref[s]-got[s] <= 0.05; if (!ok) bad=1;
+             printf "step %3d val 1 GPU %s 2 GPUs %s %s\n", s, ref[s], (s in got) ? got[s] : "missing", ok ? "OK" : "FAIL" }
+           printf "R1 2 GPUs vs 1 GPU: %d val points within +-0.05: %s\n", n, (bad || n == 0) ? "FAIL" : "OK"; exit (bad || n == 0) }' \
+  "$ref_log" "$OUT/r1_2gpu/main.log" | sort -n -k2 | tee "$OUT/r1_2gpu_check.txt"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+
+thr() {  # name extra-flags...: prints the summary's tok/s
+  local name=$1; shift
+  timeout 240 $bin "${common[@]}" -e d12 -b 16 -t 1024 -x 30 -v 0 -s 0 -n -1 "$@" -o "$OUT/thr_$name" > "$OUT/thr_$name.txt" 2>&1 || rc=1
+  grep -E "^summary" "$OUT/thr_$name.txt" | sed -E 's/.* ([0-9]+) tok\/s.*/\1/'
+}
+stamp "throughput, B=16 T=1024 per GPU"
+t1=$(thr 1gpu); t2=$(thr 2gpu --num-gpus 2 -d 32768)
+awk -v a="$t1" -v b="$t2" 'BEGIN { if (a == "" || b == "") { print "throughput: missing summary: FAIL"; exit 1 }
+  r = b / a; printf "throughput: 1 GPU %d tok/s, 2 GPUs %d tok/s = %.2fx (acceptance >= 1.8x): %s\n", a, b, r, r >= 1.8 ? "OK" : "FAIL"; exit r < 1.8 }' |
+  tee "$OUT/dist_throughput.txt"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+stamp "60_distributed done, rc=$rc"
+exit $rc

@@ -1,0 +1,112 @@
+// The flash attention backward on its own (llmc/attention_backward.cuh in the BF16 build, the fp32-arithmetic
+// kernels of attention_flash.cuh in the FP32 build), against ref::attention_backward in double and DESIGN.md's
+// rule (gpu_check.h). Its inputs are the oracle's own forward results, out rounded to floatX and lse, so
+// a forward error cannot hide or cause a backward one. Head size 64 (the tensor-core path), T = 1, 2, a
+// multiple of no tile, exactly one and just over one 64-row tile, several tiles, 1000; dQ, dK and dV are
+// judged separately (a bug in one cannot hide behind the other two), then the backward runs again and
+// must give the same bits (no atomics). In the BF16 build both dK/dV block shapes (4 and 8 warps) run.
+#include "gpu_check.h"
+
+#include "llmc/ref/ref.h"
+
+using namespace flashgpt2;
+using namespace flashgpt2::gtest;
+
+namespace {
+
+struct BwdShape {
+    int B, T, C, NH;
+};
+const BwdShape BWD_SHAPES[] = {
+    {1, 1, 64, 1},     // T = 1: one key, P = 1, dS = 0
+    {2, 2, 128, 2},    // T = 2
+    {2, 37, 128, 2},   // T a multiple of no tile
+    {1, 64, 64, 1},    // exactly one 64-row tile
+    {1, 65, 128, 2},   // one row into the second tile
+    {1, 257, 192, 3},  // five tiles, the last with one row; 3 heads
+    {2, 200, 768, 12}, // GPT-2 small's heads, B > 1
+    {1, 1000, 128, 2}, // long: many tiles, the dK/dV blocks see up to 16 query tiles
+};
+
+// One third of dqkv (B,T,3,C): which = 0 (dq), 1 (dk), 2 (dv), as (B,T,C).
+std::vector<double> third(const std::vector<double>& dqkv, int B, int T, int C, int which) {
+    std::vector<double> r((size_t)B * T * C);
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+        for (int c = 0; c < C; c++) r[bt * C + c] = dqkv[bt * 3 * C + (size_t)which * C + c];
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, deterministic") {
+    for (const BwdShape& a : BWD_SHAPES) {
+        const int B = a.B, T = a.T, C = a.C, NH = a.NH, BH = B * NH;
+        const size_t btc = (size_t)B * T * C;
+        const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+                                " HS=" + std::to_string(C / NH);
+        Rng rng(seed_for("attention backward " + tag));
+        auto qkv = random_x(3 * btc, rng, 0.3, 1.0), dout = random_x(btc, rng);
+
+        // the oracle: forward (out, P, lse), then backward
+        std::vector<double> out_ref(btc), preatt((size_t)BH * T * T), att_ref(preatt.size());
+        ref::attention_forward(out_ref.data(), preatt.data(), att_ref.data(), qkv.data(), B, T, C, NH);
+        std::vector<double> lse_ref((size_t)BH * T);
+        for (size_t row = 0; row < lse_ref.size(); row++) {  // lse = log sum_{j <= i} exp(S_ij), row i = row % T
+            const int i = (int)(row % T);
+            const double* s = preatt.data() + row * T;
+            double m = s[0], l = 0;
+            for (int j = 1; j <= i; j++) m = std::max(m, s[j]);
+            for (int j = 0; j <= i; j++) l += std::exp(s[j] - m);
+            lse_ref[row] = m + std::log(l);
+        }
+        std::vector<double> dqkv_ref(3 * btc, 0.0), dpreatt(preatt.size(), 0.0), datt(preatt.size(), 0.0);
+        ref::attention_backward(dqkv_ref.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att_ref.data(),
+                                B, T, C, NH);
+
+        const KernelSet naive = KernelSet::all(Variant::naive), flash;
+        Dev<floatX> d_qkv(3 * btc), d_dout(btc), d_out(btc), d_dqkv(3 * btc), d_att((size_t)BH * T * T);
+        Dev<float> d_lse((size_t)BH * T);
+        Dev<char> ws(std::max(workspace_bytes(naive, B, T, C, NH, 8), workspace_bytes(flash, B, T, C, NH, 8)));
+        put(d_qkv, qkv), put(d_dout, dout);
+
+        // naive in the same precision: the baseline of the bf16 rule (its forward also gives the saved P)
+        attention_forward(naive, d_out, d_att, ws, d_qkv, B, T, C, NH, 0);
+        attention_backward(naive, d_dqkv, ws, d_dout, d_qkv, d_out, d_att, B, T, C, NH, 0);
+        const auto dqkv_naive = get(d_dqkv);
+
+        // flash, from the oracle's out (rounded to floatX, as a forward would store it) and lse
+        put(d_out, rounded_x(out_ref)), put(d_lse, lse_ref);
+        const int variants = BF16_BUILD ? 2 : 1;  // BF16: the trainer's dK/dV block (8 warps), then 4 warps
+        for (int v = 0; v < variants; v++) {
+            const std::string name = tag + (v == 1 ? " (dK/dV block of 4 warps)" : "");
+            auto run = [&] {
+                d_dqkv.poison();
+#if !defined(ENABLE_FP32)
+                if (v == 1) {
+                    float* D = WorkspaceCarver(ws).take<float>((size_t)BH * T);
+                    attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, 4);
+                    return;
+                }
+#endif
+                attention_backward(flash, d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+            };
+            run();
+            const auto dqkv_flash = get(d_dqkv);
+            // At T = 1 the exact dQ and dK are 0 (one key: P = 1, dS = P (dP - D) = 0), and the flash kernel's
+            // dP - D is a difference of two fp32 sums in different orders (~1e-6, not 0), so the rule's atol, a
+            // fraction of max|ref|, is taken over the whole dqkv there, as test_attention.cu does.
+            const char* names[3] = {"dq", "dk", "dv"};
+            if (T == 1)
+                check_naive_flash("attention backward dqkv " + name, dqkv_naive, dqkv_flash, dqkv_ref);
+            else
+                for (int w = 0; w < 3; w++)
+                    check_naive_flash(std::string("attention backward ") + names[w] + " " + name,
+                                      third(dqkv_naive, B, T, C, w), third(dqkv_flash, B, T, C, w),
+                                      third(dqkv_ref, B, T, C, w));
+
+            const auto first = bytes(d_dqkv);  // deterministic: again, bit for bit
+            run();
+            CHECK_MESSAGE(first == bytes(d_dqkv), "attention backward (flash) is not deterministic: " << name);
+        }
+    }
+}
