@@ -183,9 +183,11 @@ train: data
 	  $(MAKE) --no-print-directory build/train_gpt2 && ./build/train_gpt2 $(TRAIN_ARGS); \
 	fi
 
-# compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes log/compare.md
+# compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes doc/compare.md and the README table
 compare: build/train_gpt2cu_$(prec) data
 	./build/train_gpt2cu_$(prec) --compare -i $(DATA_DIR)/tiny_shakespeare_train.bin -o log $(COMPARE_ARGS)
+	cp log/compare.md doc/compare.md
+	bash scripts/readme_table.sh doc/compare.md compare
 
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda

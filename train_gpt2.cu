@@ -21,6 +21,7 @@
 #include <cstdarg>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -496,10 +497,13 @@ inline void run_compare(TrainOptions o) {
         md += buf;
     };
     line("# naive vs flash kernels: one training step of %s\n\n", config_str(cfg).c_str());
-    line("%s, %s build, B=%d T=%d (%d tokens per step), seed %llu. Per-layer ms per step: CUDA events around every op, "
+    char date[32];
+    const time_t now = time(nullptr);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    line("%s, %s, %s build, B=%d T=%d (%d tokens per step), seed %llu. Per-layer ms per step: CUDA events around every op, "
          "mean of %d profiled steps. Step ms: wall clock, mean of %d unprofiled steps after a warm-up step. "
          "Command: `make compare` (train_gpt2cu --compare).\n\n",
-         prop.name, PRECISION_NAME, o.B, o.T, o.B * o.T, o.seed, COMPARE_PROFILED, COMPARE_TIMED);
+         prop.name, date, PRECISION_NAME, o.B, o.T, o.B * o.T, o.seed, COMPARE_PROFILED, COMPARE_TIMED);
     line("| layer | naive fwd ms | flash fwd ms | ratio | naive bwd ms | flash bwd ms | ratio |\n");
     line("|---|---:|---:|---:|---:|---:|---:|\n");
     for (int l = 0; l < NUM_LAYERS_TIMED; l++) {

@@ -75,7 +75,7 @@ elif [[ -f .gpu-carry/anchors/torch_gpt2_train.py ]]; then
 else
   echo "no .gpu-carry/anchors/torch_gpt2_train.py: skipped"
 fi
-# --- 5. the README table (spliced between the training markers by the lead / scripts/readme_table.sh) ---
+# --- 5. the README table: doc/training.md, spliced between the training markers of README.md ---
 {
   echo "GPT-2 124M on TinyShakespeare, T=1024, BF16 build. Card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
        "· $(date -u '+%Y-%m-%d %H:%M UTC') · \`bash scripts/gpu.d/40_train.sh\` (run by scripts/gpu_run.sh)"
@@ -109,5 +109,6 @@ fi
   tail -n 1 "$OUT/naive_vs_flash.txt" | sed 's/^/    /'
 } > "$OUT/training.md"
 cat "$OUT/training.md"
+cp "$OUT/training.md" doc/training.md && bash scripts/readme_table.sh doc/training.md training
 stamp "40_train done, rc=$rc"
 exit $rc
