@@ -24,27 +24,20 @@
 #include "dev/attention/attention.cuh"
 #include "llmc/attention_fragment.cuh"
 #include "llmc/common.cuh"
+#include "llmc/mma_sync.cuh"
 
 namespace ladder::r5 {
 
 using bf16 = __nv_bfloat16;
 
 // ---- small PTX wrappers (rung 6 reuses them) ---------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Four 8×8 bf16 matrices from shared memory; lane l gives the address of row (l % 8) of matrix l / 8,
-// and receives row l / 4, columns 2(l % 4), 2(l % 4)+1 of each matrix (the mma fragment layout).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-// The same, each matrix transposed on the way: lane l receives column l / 4, rows 2(l % 4), 2(l % 4)+1.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
+// smem_u32 (a shared-memory address as the 32-bit value PTX wants) and ldmatrix_x4 / ldmatrix_x4_trans live in
+// llmc/mma_sync.cuh, shared with the trainer's backward. ldmatrix_x4: four 8×8 bf16 matrices from shared
+// memory; lane l gives the address of row (l % 8) of matrix l / 8 and receives row l / 4, columns 2(l % 4),
+// 2(l % 4)+1 of each matrix (the mma fragment layout). The .trans form hands lane l column l / 4 instead.
+using flashgpt2::mma::ldmatrix_x4;
+using flashgpt2::mma::ldmatrix_x4_trans;
+using flashgpt2::mma::smem_u32;
 
 // D (16×8 fp32) += A (16×16 bf16, row-major fragment) · B (16×8 bf16, column-major fragment).
 // Fragments (g = lane / 4, t = lane % 4): a = {(g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)},

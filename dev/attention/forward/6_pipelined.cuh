@@ -32,14 +32,12 @@ using bf16 = __nv_bfloat16;
 using r5::smem_u32;
 
 // ---- cp.async: asynchronous 16-byte global → shared copies, completed in commit groups ----------------
-// src_bytes = 0 copies nothing and fills the 16 bytes with zeros (rows past T).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Wait until at most N of this thread's commit groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// cp_async_16(dst, src, src_bytes) starts one copy (src_bytes = 0 copies nothing and fills the 16 bytes with
+// zeros: rows past T); cp_async_commit() closes a group; cp_async_wait<N>() waits until at most N of this
+// thread's groups are still in flight. They live in llmc/mma_sync.cuh, shared with the trainer's backward.
+using flashgpt2::mma::cp_async_16;
+using flashgpt2::mma::cp_async_commit;
+using flashgpt2::mma::cp_async_wait;
 
 // ---- the swizzled layout: a tile is (rows, HS) bf16 with no padding; chunk c of row r sits at c ^ (r % 8) --
 template <int HS>
