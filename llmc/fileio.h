@@ -7,6 +7,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <unistd.h>
 #include <utility>
 
 #include "llmc/error.h"
@@ -34,6 +35,9 @@ inline void write_file_atomic(const std::string& path, std::initializer_list<std
     if (!f) fail("%s: cannot open for writing: %s", tmp.c_str(), strerror(errno));
     bool ok = true;
     for (const auto& [data, size] : pieces) ok = ok && (size == 0 || fwrite(data, 1, size, f) == size);
+    // flush our buffer, then ask the OS to put the bytes on disk before the rename makes them the real file:
+    // after a power loss the name then points at either the old file or the complete new one
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok) {
         remove(tmp.c_str());
