@@ -29,4 +29,5 @@ for s in scripts/gpu.d/*.sh; do
   echo "== $name rc=$rc =="; tail -n 25 "$OUT/$name.log"
 done
 echo "== summary =="; printf '%s\n' "${summary[@]}"
-tar -czf "$FINAL/logs.tgz" -C "$OUT" . && rm -rf "$OUT"
+# model/state files (*.bin) stay behind: the tool returns files of at most 16 MiB
+tar -czf "$FINAL/logs.tgz" --exclude="*.bin" -C "$OUT" . && rm -rf "$OUT"
