@@ -19,13 +19,32 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 #include "llmc/kernels.h"
 #include "llmc/sampler.h"
 
 namespace flashgpt2::gtest {
+
+// A fresh temporary directory for one test (checkpoints, logs), removed with everything in it at the end.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& tag) {
+        path = std::filesystem::temp_directory_path() / ("flashgpt2_test_" + tag + "_" + std::to_string(getpid()));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 #if defined(ENABLE_FP32)
 constexpr bool BF16_BUILD = false;

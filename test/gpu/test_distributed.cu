@@ -22,6 +22,7 @@
 #include <sstream>
 
 using namespace flashgpt2;
+using gtest::TempDir;
 
 namespace {
 
@@ -31,19 +32,6 @@ GPT2Config tiny_config() {  // sizes that are multiples of no tile (like test_mo
     return c;
 }
 
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        path = std::filesystem::temp_directory_path() / ("flashgpt2_test_dist_" + std::to_string(getpid()));
-        std::filesystem::remove_all(path);
-        std::filesystem::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // Data, tokenizer and initial weights for a short run of the tiny model; the options of that run.
 TrainOptions tiny_run(const TempDir& dir) {
@@ -177,7 +165,7 @@ TEST_CASE("distributed: --num-gpus 1 (NCCL, ZeRO-1 with one slice) is bit-identi
         MESSAGE("SKIPPED: this build has no NCCL (FLASHGPT2_NO_NCCL)");
         return;
     }
-    TempDir dir;
+    TempDir dir("dist");
     TrainOptions plain = tiny_run(dir);
     plain.out_dir = dir / "plain";
     TrainOptions nccl = plain;
@@ -230,7 +218,7 @@ TEST_CASE("distributed: 2 processes at the same global batch track 1 GPU; 2-GPU 
     const std::string trainer = (std::filesystem::path(self).parent_path() / ("train_gpt2cu_" + prec)).string();
     REQUIRE_MESSAGE(std::filesystem::exists(trainer), trainer << " is missing: make build/train_gpt2cu_" << prec);
 
-    TempDir dir;
+    TempDir dir("dist");
     TrainOptions one = tiny_run(dir);  // 1 GPU: 2 micro-batches of B=2 per step
     one.out_dir = dir / "one";
     one.checkpoint_every = -1;

@@ -73,6 +73,7 @@ std::vector<float> as_floatX(std::vector<float> p) {
 }
 
 using gtest::random_tokens;
+using gtest::TempDir;
 
 // The error of one tensor (n floats) against the oracle's, by the per-layer tests' measure (gpu_check.h).
 gtest::Err tensor_err(const float* got, const float* want, size_t n) {
@@ -289,19 +290,6 @@ void check_kv_cache(const GPT2Config& cfg, int T, const NamedSet& set, uint64_t 
 }
 
 // ---- 4. checkpoint and resume ---------------------------------------------------------------------------
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        path = std::filesystem::temp_directory_path() / ("flashgpt2_test_model_" + std::to_string(getpid()));
-        std::filesystem::remove_all(path);
-        std::filesystem::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_random_tokens(const std::string& path, size_t n, int V, uint64_t seed) {
     Rng rng(seed);
@@ -350,7 +338,7 @@ TEST_CASE("model: save -> reload -> continue is bit-identical") {
     // A run of 6 steps checkpointing at 3 and 6; then the step-6 checkpoint is "lost" and a resumed run
     // continues from step 3. Losses, val losses, samples and the final weights must equal the first run's.
     // Flash set: deterministic by design (the naive encoder backward uses atomics, so it is not).
-    TempDir dir;
+    TempDir dir("model");
     const GPT2Config c = small_config();
     ref::GPT2<float> init(c);
     init.init_random(5);
@@ -396,7 +384,7 @@ TEST_CASE("model: save -> reload -> continue is bit-identical") {
 }
 
 TEST_CASE("model: clear errors") {
-    TempDir dir;
+    TempDir dir("model");
     const GPT2Config c = small_config();
     SUBCASE("out of memory names the bytes and the flag to reduce") {
         CHECK_THROWS_WITH_AS(GPT2Model(gpt2_124M(), KernelSet::all(Variant::flash), 100000, 1024),
