@@ -496,7 +496,7 @@ inline void run_compare(TrainOptions o) {
         va_end(ap);
         md += buf;
     };
-    line("# naive vs flash kernels: one training step of %s\n\n", config_str(cfg).c_str());
+    line("**naive vs flash kernels: one training step of %s**\n\n", config_str(cfg).c_str());
     char date[32];
     const time_t now = time(nullptr);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
