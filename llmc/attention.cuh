@@ -4,6 +4,10 @@
 //        P = softmax(scale * S) into HBM, (B,NH,T,T), kept until the backward; O = P V; unpermute. The
 //        backward reads P back: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K,
 //        dK = dS^T Q, each (B,NH,T,T) intermediate a round trip through HBM. GEMMs are cuBLAS batched.
+//        Precision as the flash kernels: S and dP in fp32 (the GEMMs accumulate in fp32 and write fp32), P and
+//        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16 too: the
+//        softmax then amplifies S's rounding, and dP - rowsum(P dP) cancels, so its naive gradients are
+//        noisier than its flash ones, and the two trainings drift apart.)
 // flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; the BF16 forward on an
 //        H100/H200 is attention_hopper.cuh, the dev ladder's rung 8): S and P live only in
 //        registers/shared memory, one tile at a time; the forward saves lse = log sum exp of each row
@@ -14,6 +18,7 @@
 #pragma once
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
@@ -44,9 +49,9 @@ inline size_t attention_saved_bytes(Variant v, int B, int T, int NH) {
 }
 
 inline size_t attention_workspace_bytes(Variant v, int B, int T, int C, int NH) {
-    const size_t btc = ws_round((size_t)B * T * C * sizeof(floatX));
-    if (v == Variant::naive)  // q,k,v + S/dS + O/dO permuted + dq,dk,dv
-        return 7 * btc + ws_round((size_t)B * NH * T * T * sizeof(floatX));
+    const size_t btc = ws_round((size_t)B * T * C * sizeof(floatX)), tt = (size_t)B * NH * T * T;
+    if (v == Variant::naive)  // q,k,v + O/dO permuted + dq,dk,dv; S/dP in fp32; dS
+        return 7 * btc + ws_round(tt * sizeof(float)) + ws_round(tt * sizeof(floatX));
     return ws_round((size_t)B * NH * T * sizeof(float));  // D = rowsum(dO * O)
 }
 
@@ -91,46 +96,50 @@ __global__ void attention_unpermute_kernel(floatX* dst, const floatX* src, int B
 // ---------------------------------------------------------------------------------------------------------
 // naive: softmax and its backward over (B*NH*T) rows of length T; one warp per row, causal (j <= i).
 
-static __global__ void attention_softmax_naive_kernel(floatX* att, const floatX* preatt, float scale, int rows, int T) {
+static __global__ void attention_softmax_naive_kernel(floatX* att, const float* preatt, float scale, int rows, int T) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;  // the whole warp leaves; no block barrier below
     const int i = row % T;    // query position: keys 0..i are visible
-    const floatX* s = preatt + (size_t)row * T;
+    const float* s = preatt + (size_t)row * T;
     floatX* p = att + (size_t)row * T;
     float m = -INFINITY;
-    for (int j = lane; j <= i; j += 32) m = fmaxf(m, scale * to_float(s[j]));
+    for (int j = lane; j <= i; j += 32) m = fmaxf(m, scale * s[j]);
     m = warp_max(m);
     float l = 0.0f;
-    for (int j = lane; j <= i; j += 32) l += expf(scale * to_float(s[j]) - m);
+    for (int j = lane; j <= i; j += 32) l += expf(scale * s[j] - m);
     l = warp_sum(l);
-    for (int j = lane; j < T; j += 32) p[j] = from_float<floatX>(j <= i ? expf(scale * to_float(s[j]) - m) / l : 0.0f);
+    for (int j = lane; j < T; j += 32) p[j] = from_float<floatX>(j <= i ? expf(scale * s[j] - m) / l : 0.0f);
 }
 
-// In place over datt: dS = scale * P * (dP - sum_j P dP); 0 above the diagonal.
-static __global__ void attention_softmax_backward_naive_kernel(floatX* dpreatt, const floatX* att, float scale, int rows,
-                                                        int T) {
+// dS = scale * P * (dP - sum_j P dP); 0 above the diagonal.
+static __global__ void attention_softmax_backward_naive_kernel(floatX* dpreatt, const float* datt, const floatX* att,
+                                                               float scale, int rows, int T) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const int i = row % T;
     const floatX* p = att + (size_t)row * T;
-    floatX* d = dpreatt + (size_t)row * T;
+    const float* dp = datt + (size_t)row * T;
+    floatX* ds = dpreatt + (size_t)row * T;
     float dot = 0.0f;
-    for (int j = lane; j <= i; j += 32) dot += to_float(p[j]) * to_float(d[j]);
-    dot = warp_sum(dot);  // every lane has read its d[j] before any lane overwrites (warp_sum syncs the warp)
-    for (int j = lane; j < T; j += 32)
-        d[j] = from_float<floatX>(j <= i ? scale * to_float(p[j]) * (to_float(d[j]) - dot) : 0.0f);
+    for (int j = lane; j <= i; j += 32) dot += to_float(p[j]) * dp[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32) ds[j] = from_float<floatX>(j <= i ? scale * to_float(p[j]) * (dp[j] - dot) : 0.0f);
 }
 
-// Column-major batched GEMM, one per (b, h): C (m,n) = op(A) (m,k) @ op(B) (k,n); strides per batch.
+// Column-major batched GEMM, one per (b, h): C (m,n) = op(A) (m,k) @ op(B) (k,n); strides per batch. A and B
+// are floatX, the sums fp32; C is floatX or float (cuBLAS writes the fp32 sums without rounding them).
+template <typename OutT>
 inline void attention_batched_gemm(bool ta, bool tb, int m, int n, int k, const floatX* a, int lda, size_t sa,
-                                   const floatX* b, int ldb, size_t sb, floatX* c, int ldc, size_t sc, int batch,
+                                   const floatX* b, int ldb, size_t sb, OutT* c, int ldc, size_t sc, int batch,
                                    cudaStream_t stream) {
+    static_assert(std::is_same_v<OutT, floatX> || std::is_same_v<OutT, float>);
+    const cudaDataType_t c_type = std::is_same_v<OutT, float> ? CUDA_R_32F : CUDA_FLOATX;
     Blas& bl = blas();
     cublasCheck(cublasSetStream(bl.handle, stream));
     const float one = 1.0f, zero = 0.0f;
     cublasCheck(cublasGemmStridedBatchedEx(bl.handle, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                            m, n, k, &one, a, CUDA_FLOATX, lda, (long long)sa, b, CUDA_FLOATX, ldb,
-                                           (long long)sb, &zero, c, CUDA_FLOATX, ldc, (long long)sc, batch,
+                                           (long long)sb, &zero, c, c_type, ldc, (long long)sc, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -146,7 +155,7 @@ inline void attention_forward_naive(floatX* out, floatX* att, void* ws, const fl
     floatX* q = carve.take<floatX>(btc);                  // (B,NH,T,HS)
     floatX* k = carve.take<floatX>(btc);                  // (B,NH,T,HS)
     floatX* v = carve.take<floatX>(btc);                  // (B,NH,T,HS)
-    floatX* preatt = carve.take<floatX>((size_t)BH * tt); // (B,NH,T,T)  S = Q K^T, in HBM
+    float* preatt = carve.take<float>((size_t)BH * tt);   // (B,NH,T,T)  S = Q K^T, in HBM
     floatX* vaccum = carve.take<floatX>(btc);             // (B,NH,T,HS) O = P V before the unpermute
 
     attention_permute_kernel<<<grid_for(btc, 256), 256, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
@@ -171,7 +180,8 @@ inline void attention_backward_naive(floatX* dqkv, void* ws, const floatX* dout,
     floatX* q = carve.take<floatX>(btc);                // (B,NH,T,HS)
     floatX* k = carve.take<floatX>(btc);                // (B,NH,T,HS)
     floatX* v = carve.take<floatX>(btc);                // (B,NH,T,HS)
-    floatX* datt = carve.take<floatX>((size_t)BH * tt); // (B,NH,T,T)  dP, then dS in place
+    float* datt = carve.take<float>((size_t)BH * tt);   // (B,NH,T,T)  dP
+    floatX* dpreatt = carve.take<floatX>((size_t)BH * tt); // (B,NH,T,T) dS
     floatX* dvaccum = carve.take<floatX>(btc);          // (B,NH,T,HS) dO permuted
     floatX* dq = carve.take<floatX>(btc);               // (B,NH,T,HS)
     floatX* dk = carve.take<floatX>(btc);               // (B,NH,T,HS)
@@ -186,13 +196,13 @@ inline void attention_backward_naive(floatX* dqkv, void* ws, const floatX* dout,
     // dV = P^T dO:  dV^T (HS,T) = (dO as (HS,T)) @ (att as col-major P^T)^T
     attention_batched_gemm(false, true, HS, T, T, dvaccum, HS, ths, att, T, tt, dv, HS, ths, BH, stream);
     const int rows = BH * T;
-    attention_softmax_backward_naive_kernel<<<ceil_div(rows, 8), 256, 0, stream>>>(datt, att, 1.0f / sqrtf((float)HS),
-                                                                                   rows, T);
+    attention_softmax_backward_naive_kernel<<<ceil_div(rows, 8), 256, 0, stream>>>(dpreatt, datt, att,
+                                                                                   1.0f / sqrtf((float)HS), rows, T);
     cudaCheckLaunch();
     // dQ = dS K:  dQ^T (HS,T) = (k as (HS,T)) @ (dS as col-major dS^T)
-    attention_batched_gemm(false, false, HS, T, T, k, HS, ths, datt, T, tt, dq, HS, ths, BH, stream);
+    attention_batched_gemm(false, false, HS, T, T, k, HS, ths, dpreatt, T, tt, dq, HS, ths, BH, stream);
     // dK = dS^T Q:  dK^T (HS,T) = (q as (HS,T)) @ (dS as col-major dS^T)^T
-    attention_batched_gemm(false, true, HS, T, T, q, HS, ths, datt, T, tt, dk, HS, ths, BH, stream);
+    attention_batched_gemm(false, true, HS, T, T, q, HS, ths, dpreatt, T, tt, dk, HS, ths, BH, stream);
     attention_permute_backward_kernel<<<grid_for(btc, 256), 256, 0, stream>>>(dqkv, dq, dk, dv, B, T, NH, HS);
     cudaCheckLaunch();
 }

@@ -3,7 +3,9 @@
 // naive: one thread per output element; the backward scatters dout into dwte/dwpe with atomicAdd. Tokens
 //        repeat (" the", "\n"), so many threads add into the same dwte row: the order of those float adds
 //        varies from run to run, and so do the last bits of the result. That is the lesson: atomics are
-//        easy, but they cost determinism (and, in bf16, every add rounds).
+//        easy, but they cost determinism. The atomics add into fp32 copies of dwte and dwpe (a workspace,
+//        zeroed first) and a second pass adds those into the gradients: atomics on bf16 itself would round
+//        every one of the hundreds of adds into a frequent token's row and lose its gradient's low bits.
 // flash: one thread per 16 bytes in the forward. The backward is deterministic: sort the positions by token
 //        (a stable radix sort keeps each token's positions in ascending order), then one block per run of
 //        equal tokens sums that token's dout rows in that fixed order, in fp32, and adds once into dwte.
@@ -55,21 +57,37 @@ inline void encoder_forward_flash(floatX* out, const int* inp, const floatX* wte
 
 // ---- backward, naive: atomics ----
 
-static __global__ void encoder_backward_naive_kernel(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int N,
-                                              int T, int C) {
+static __global__ void encoder_backward_naive_kernel(float* dwte32, float* dwpe32, const floatX* dout, const int* inp,
+                                                     int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element of dout (N, C)
     if (idx >= (size_t)N * C) return;
     int n = (int)(idx / C), c = (int)(idx % C), t = n % T;
-    floatX g = dout[idx];
-    atomicAdd(dwte + (size_t)inp[n] * C + c, g);  // many n share a token: the add order is up to the hardware
-    atomicAdd(dwpe + (size_t)t * C + c, g);       // B threads add into each (t, c)
+    float g = to_float(dout[idx]);
+    atomicAdd(dwte32 + (size_t)inp[n] * C + c, g);  // many n share a token: the add order is up to the hardware
+    atomicAdd(dwpe32 + (size_t)t * C + c, g);       // B threads add into each (t, c)
 }
 
-inline void encoder_backward_naive(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T,
-                                   int C, cudaStream_t stream) {
+// grad += sum, one thread per element.
+static __global__ void encoder_backward_naive_add_kernel(floatX* grad, const float* sum, size_t n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) grad[idx] = from_float<floatX>(to_float(grad[idx]) + sum[idx]);
+}
+
+inline void encoder_backward_naive(floatX* dwte, floatX* dwpe, void* ws, const floatX* dout, const int* inp, int B,
+                                   int T, int C, int Vp, cudaStream_t stream) {
+    const size_t nwte = (size_t)Vp * C, nwpe = (size_t)T * C;
+    WorkspaceCarver carve(ws);
+    float* dwte32 = carve.take<float>(nwte);  // (Vp, C) this batch's dwte, fp32
+    float* dwpe32 = carve.take<float>(nwpe);  // (T, C)  this batch's dwpe, fp32
+    cudaCheck(cudaMemsetAsync(dwte32, 0, nwte * sizeof(float), stream));
+    cudaCheck(cudaMemsetAsync(dwpe32, 0, nwpe * sizeof(float), stream));
     const int block = 256;
-    encoder_backward_naive_kernel<<<grid_for((size_t)B * T * C, block), block, 0, stream>>>(dwte, dwpe, dout, inp,
+    encoder_backward_naive_kernel<<<grid_for((size_t)B * T * C, block), block, 0, stream>>>(dwte32, dwpe32, dout, inp,
                                                                                           B * T, T, C);
+    cudaCheckLaunch();
+    encoder_backward_naive_add_kernel<<<grid_for(nwte, block), block, 0, stream>>>(dwte, dwte32, nwte);
+    cudaCheckLaunch();
+    encoder_backward_naive_add_kernel<<<grid_for(nwpe, block), block, 0, stream>>>(dwpe, dwpe32, nwpe);
     cudaCheckLaunch();
 }
 
@@ -89,8 +107,8 @@ inline size_t encoder_sort_temp_bytes(int N, int Vp) {
     return bytes;
 }
 
-inline size_t encoder_backward_workspace_bytes(Variant v, int B, int T, int Vp) {
-    if (v == Variant::naive) return 0;
+inline size_t encoder_backward_workspace_bytes(Variant v, int B, int T, int C, int Vp) {
+    if (v == Variant::naive) return ws_round((size_t)Vp * C * sizeof(float)) + ws_round((size_t)T * C * sizeof(float));
     const size_t N = (size_t)B * T;
     return 4 * ws_round(N * sizeof(int)) + ws_round(encoder_sort_temp_bytes((int)N, Vp));
 }

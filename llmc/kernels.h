@@ -159,12 +159,13 @@ inline void print_kernel_registry(FILE* f) {
 // Memory the caller allocates.
 
 // The one transient workspace every op shares, in bytes, for a model of these shapes (N = B*T rows).
-// The naive set needs the big ones: attention's (B,NH,T,T) scores and the classifier's (N,Vp) fp32 probs.
+// The naive set needs the big ones: attention's (B,NH,T,T) scores, the classifier's (N,Vp) fp32 probs and
+// the encoder's fp32 dwte (Vp,C).
 inline size_t workspace_bytes(const KernelSet& ks, int B, int T, int C, int NH, int Vp) {
     const int N = B * T;
     size_t bytes = 0;
     auto take = [&](size_t b) { bytes = b > bytes ? b : bytes; };
-    take(encoder_backward_workspace_bytes(ks.encoder, B, T, Vp));
+    take(encoder_backward_workspace_bytes(ks.encoder, B, T, C, Vp));
     take(layernorm_backward_workspace_bytes(ks.layernorm, N, C));
     take(matmul_backward_workspace_bytes(ks.matmul, N, Vp > 4 * C ? Vp : 4 * C));
     take(attention_workspace_bytes(ks.attention, B, T, C, NH));
@@ -200,7 +201,7 @@ inline void encoder_forward(const KernelSet& ks, floatX* out, const int* inp, co
 // dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout.  dout (B,T,C).
 inline void encoder_backward(const KernelSet& ks, floatX* dwte, floatX* dwpe, void* ws, const floatX* dout,
                              const int* inp, int B, int T, int C, int Vp, cudaStream_t stream) {
-    if (ks.encoder == Variant::naive) encoder_backward_naive(dwte, dwpe, dout, inp, B, T, C, stream);
+    if (ks.encoder == Variant::naive) encoder_backward_naive(dwte, dwpe, ws, dout, inp, B, T, C, Vp, stream);
     else encoder_backward_flash(dwte, dwpe, ws, dout, inp, B, T, C, Vp, stream);
 }
 

@@ -76,7 +76,7 @@ inline void print_help(FILE* f) {
             "  --grad-clip G  clip the global grad norm to G (0 = off)   [%g]\n"
             "evaluation, sampling, checkpoints:\n"
             "  -v N           val loss every N steps (0 = never)         [%d]\n"
-            "  -m N           val batches per evaluation (-1 = the whole val split) [%d]\n"
+            "  -m N           val batches of B sequences per evaluation, as llm.c (-1 = the whole val split) [%d]\n"
             "  -s N           print a sample every N steps (0 = never)   [%d]\n"
             "  -g N           tokens per sample                          [%d]\n"
             "  --top-k K      sample among the K most likely (0 = all)   [%d]\n"

@@ -7,8 +7,8 @@
 #   3. throughput at T=1024, B=16 and B=64: flash, flash with naive attention (llm.c's materialized attention),
 #      and all-naive at B=16 only (a few steps: one-thread-per-output matmuls make it ~100x slower);
 #   4. the PyTorch anchor (torch.compile + SDPA) on the same card, for the side-by-side.
-# Logs and main.log files go to $OUT. Wall time: not measured yet (estimate 4-6 min, most of it the all-naive runs
-# and torch.compile); every command has its own timeout.
+# Logs and main.log files go to $OUT. Wall time: 157 s before the extra seeds and pairs (2026-11-29; most of it the
+# all-naive runs and torch.compile); every command has its own timeout.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -21,33 +21,68 @@ common=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespea
 # --- 1. recipe R1 ---
 # The reference curve is llm.c's, and llm.c's val loader cuts its one val shard into whole B*T+1 batches: at B=16
 # T=1024 the 32,768-token split holds ONE such batch, which llm.c re-reads for every val batch (its loader wraps
-# to the same shard). So llm.c's "whole val split" loss is the loss on the split's first 16K tokens. -m 1 measures
-# the same thing (our first val batch: the split's first 15 sequences). Over our whole split (-m -1) the same run gave
+# to the same shard). So llm.c's "whole val split" loss is the loss on the split's first 16,384 tokens. -m 1 measures
+# the same thing: our first val batch of B=16 sequences. Over our whole split (-m -1) the same run gave
 # 6.31 / 5.49 / 5.24 / 5.09 at steps 20 / 100 / 150 / 250 (H200, 2026-11-29): a different text, so other numbers.
+# The acceptance run is seed 42 (the default); seeds 1 and 2 show how far the curve moves with the init and data order.
+r1_check() {  # main.log -> one line per reference step; exit 1 if a step misses
+  awk 'BEGIN { ref[20]=6.401; ref[100]=5.666; ref[150]=5.329; ref[250]=5.344; bad=0 }
+       $1=="step" { for (i=3; i<NF; i++) if ($i=="val") val[$2]=$(i+1) }
+       END { for (s in ref) { ok = (s in val) && val[s]-ref[s] <= 0.1 && ref[s]-val[s] <= 0.1; if (!ok) bad=1;
+               printf "R1 val loss at step %3d: %s (reference %.3f, +-0.1) %s\n", s, (s in val) ? val[s] : "missing", ref[s], ok ? "OK" : "FAIL" }
+             exit bad }' "$1" | sort -k6 -n
+  return "${PIPESTATUS[0]}"
+}
+r1_flags=(-b 16 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m 1 --kernels flash)
 stamp "R1: d12 B=16 T=1024 250 steps, flash, val on the first val batch as llm.c"
-timeout 300 $bin "${common[@]}" -b 16 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m 1 \
-  -s 50 -g 64 --kernels flash -o "$OUT/r1" | tee "$OUT/r1.txt"
+timeout 300 $bin "${common[@]}" "${r1_flags[@]}" -s 50 -g 64 -o "$OUT/r1" | tee "$OUT/r1.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-awk 'BEGIN { ref[20]=6.401; ref[100]=5.666; ref[150]=5.329; ref[250]=5.344; bad=0 }
-     $1=="step" { for (i=3; i<NF; i++) if ($i=="val") val[$2]=$(i+1) }
-     END { for (s in ref) { ok = (s in val) && val[s]-ref[s] <= 0.1 && ref[s]-val[s] <= 0.1; if (!ok) bad=1;
-             printf "R1 val loss at step %3d: %s (reference %.3f, +-0.1) %s\n", s, (s in val) ? val[s] : "missing", ref[s], ok ? "OK" : "FAIL" }
-           exit bad }' "$OUT/r1/main.log" | sort -k6 -n | tee "$OUT/r1_check.txt"
+r1_check "$OUT/r1/main.log" | tee "$OUT/r1_check.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+: > "$OUT/r1_seeds.txt"
+for seed in 1 2; do
+  stamp "R1 spread: seed $seed"
+  timeout 300 $bin "${common[@]}" "${r1_flags[@]}" --seed $seed -s 0 -o "$OUT/r1_seed$seed" > "$OUT/r1_seed$seed.txt" 2>&1
+  { echo "seed $seed:"; r1_check "$OUT/r1_seed$seed/main.log"; } | tee -a "$OUT/r1_seeds.txt"  # not the acceptance: no rc
+done
+# The same recipe in PyTorch (scripts/torch_r1.py: written independently, same init rule, optimizer, schedule, data
+# rule and val protocol), three seeds: if its curve sits where ours does, a gap to llm.c's curve is not our bug.
+stamp "R1 in PyTorch (scripts/torch_r1.py), seeds 42 1 2"
+: > "$OUT/r1_torch.txt"
+if python3 -c "import torch" 2>/dev/null; then
+  timeout 240 python3 scripts/torch_r1.py 42 1 2 > "$OUT/torch_r1.log" 2>&1 || tail -n 5 "$OUT/torch_r1.log"
+  for seed in 42 1 2; do
+    { echo "PyTorch seed $seed:"; grep "^seed $seed step" "$OUT/torch_r1.log" | cut -d' ' -f3- > "$OUT/torch_r1_$seed.log"
+      r1_check "$OUT/torch_r1_$seed.log"; } | tee -a "$OUT/r1_torch.txt"
+  done
+else
+  echo "no PyTorch here: skipped" | tee "$OUT/r1_torch.txt"
+fi
 
 # --- 2. naive vs flash, same seed, 20 steps ---
-for k in naive flash; do
-  stamp "naive-vs-flash: $k, B=4 T=1024 20 steps"
-  timeout 240 $bin "${common[@]}" -b 4 -t 1024 -x 20 -v 0 -s 0 --kernels $k -o "$OUT/nf_$k" | tail -n 4
+# The acceptance pair is the default BF16 build, all-naive vs all-flash. Two more pairs say where a gap comes
+# from: the FP32 build (no bf16 rounding anywhere), and BF16 with only attention naive.
+nf_run() {  # name binary flags...
+  local name=$1 b=$2; shift 2
+  stamp "naive-vs-flash: $name, B=4 T=1024 20 steps"
+  timeout 240 $b "${common[@]}" -b 4 -t 1024 -x 20 -v 0 -s 0 "$@" -o "$OUT/nf_$name" | tail -n 4
   [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-done
-paste <(awk '$1=="step" && $3=="train" { print $2, $4 }' "$OUT/nf_naive/main.log") \
-      <(awk '$1=="step" && $3=="train" { print $4 }' "$OUT/nf_flash/main.log") |
-  awk 'BEGIN { bad=0; n=0 } { n++; d=$2-$3; if (d<0) d=-d; if (!(d<=0.02)) bad=1; if (d>m) m=d;
-       printf "step %2d naive %.4f flash %.4f |diff| %.4f\n", $1, $2, $3, d }
-       END { if (n!=20) bad=1; printf "naive vs flash: %d steps, max |diff| %.4f (acceptance <= 0.02): %s\n", n, m, bad ? "FAIL" : "OK"; exit bad }' |
-  tee "$OUT/naive_vs_flash.txt"
+}
+nf_diff() {  # nameA nameB -> per-step table; exit 1 unless all 20 steps are within 0.02
+  paste <(awk '$1=="step" && $3=="train" { print $2, $4 }' "$OUT/nf_$1/main.log") \
+        <(awk '$1=="step" && $3=="train" { print $4 }' "$OUT/nf_$2/main.log") |
+    awk -v a="$1" -v b="$2" 'BEGIN { bad=0; n=0 } { n++; d=$2-$3; if (d<0) d=-d; if (!(d<=0.02)) bad=1; if (d>m) m=d;
+         printf "step %2d %s %.4f %s %.4f |diff| %.4f\n", $1, a, $2, b, $3, d }
+         END { if (n!=20) bad=1; printf "%s vs %s: %d steps, max |diff| %.4f (acceptance <= 0.02): %s\n", a, b, n, m, bad ? "FAIL" : "OK"; exit bad }'
+}
+nf_run naive $bin --kernels naive
+nf_run flash $bin --kernels flash
+nf_diff naive flash | tee "$OUT/naive_vs_flash.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+nf_run attention-naive $bin --kernels flash --attention naive
+nf_run naive-fp32 ./build/train_gpt2cu_fp32 --kernels naive
+nf_run flash-fp32 ./build/train_gpt2cu_fp32 --kernels flash
+{ nf_diff attention-naive flash | tail -n 1; nf_diff naive-fp32 flash-fp32 | tail -n 1; } | tee "$OUT/naive_vs_flash_more.txt"
 
 # --- 3. throughput (mean over the steps after the first; summary line per run) ---
 thr() {  # name B steps kernel-flags...
@@ -97,16 +132,25 @@ fi
   echo "| llm.c, materialized attention (anchors table) | 16 / 64 | 46.3 / 175.0 | 354K / 374K | – | 12.4 GB (B=16) |"
   echo "| llm.c + cuDNN (anchors table) | 16 / 64 | 32.2 / 119.7 | 509K / 547K | – | 7.8 GB (B=16) |"
   echo
-  echo "\"naive-attention\": every layer flash except attention, which materializes S and P (B·NH·T² each) in HBM, as llm.c's own kernels do."
+  echo "\"naive-attention\": every layer flash except attention, which materializes S (fp32) and P (bf16), B·NH·T² each, in HBM, as llm.c's own kernels do (they keep S in bf16)."
   echo "MFU: 860 MFLOP per token against the measured 790 TFLOP/s bf16 matmul ceiling (PyTorch's script uses its own estimate against 989)."
   echo
   echo "Recipe R1 (llm.c's reference, val on the first val batch as llm.c evaluates it; acceptance ±0.1):"
   echo
   sed 's/^/    /' "$OUT/r1_check.txt"
   echo
-  echo "Naive vs flash, same seed, B=4 T=1024, 20 steps (acceptance: train losses within 0.02 at every step):"
+  echo "Spread of the same recipe with other seeds (init and data order; not the acceptance run):"
   echo
-  tail -n 1 "$OUT/naive_vs_flash.txt" | sed 's/^/    /'
+  sed 's/^/    /' "$OUT/r1_seeds.txt"
+  echo
+  echo "The same recipe in PyTorch (scripts/torch_r1.py, bf16 autocast; its own generators, so other inits and orders):"
+  echo
+  sed 's/^/    /' "$OUT/r1_torch.txt"
+  echo
+  echo "Naive vs flash, same seed, B=4 T=1024, 20 steps (acceptance: train losses within 0.02 at every step; BF16 build;"
+  echo "then two diagnostic pairs: only attention naive, and the FP32 build):"
+  echo
+  { tail -n 1 "$OUT/naive_vs_flash.txt"; cat "$OUT/naive_vs_flash_more.txt"; } | sed 's/^/    /'
 } > "$OUT/training.md"
 cat "$OUT/training.md"
 cp "$OUT/training.md" doc/training.md && bash scripts/readme_table.sh doc/training.md training
