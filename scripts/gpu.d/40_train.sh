@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Training runs of the CUDA trainer (BF16 build) on TinyShakespeare, against the acceptance figures:
-#   1. recipe R1: GPT-2 124M from scratch, B=16 T=1024, lr 6e-4, 20 warm-up steps, cosine to 10%, wd 0.1, clip 1.0,
-#      250 steps, val loss over the whole val split every 10 steps, flash kernels; val loss vs the reference
-#      (llm.c+cuDNN: step 20 6.401, 100 5.666, 150 5.329, 250 5.344; acceptance: within +-0.1);
+#   1. recipe R1 (scripts/r1.sh): GPT-2 124M from scratch, B=16 T=1024, lr 6e-4, 20 warm-up steps, cosine to 10%,
+#      wd 0.1, clip 1.0, 250 steps, val loss every 10 steps as llm.c measures it, flash kernels; val loss vs the
+#      reference (llm.c+cuDNN: step 20 6.401, 100 5.666, 150 5.329, 250 5.344; acceptance: within +-0.1);
 #   2. all-naive vs all-flash, same seed, B=4 T=1024, 20 steps: train losses within 0.02 at every step;
 #   3. throughput at T=1024, B=16 and B=64: flash, flash with naive attention (llm.c's materialized attention),
 #      and all-naive at B=16 only (a few steps: one-thread-per-output matmuls make it ~100x slower);
 #   4. the PyTorch anchor (torch.compile + SDPA) on the same card, for the side-by-side.
-# Logs and main.log files go to $OUT. Wall time: 157 s before the extra seeds and pairs (2026-11-29; most of it the
-# all-naive runs and torch.compile); every command has its own timeout.
+# Logs and main.log files go to $OUT. Wall time about 4.5 min on the H200 (2026-11-29; most of it the all-naive runs
+# and torch.compile); every command has its own timeout.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -18,46 +18,15 @@ stamp() { echo "== $1 ($(( $(date +%s) - t_all )) s elapsed)"; }
 common=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin
         --tokenizer data/gpt2_tokenizer.bin -e d12 --seed 42 -n -1)
 
-# --- 1. recipe R1 ---
-# The reference curve is llm.c's, and llm.c's val loader cuts its one val shard into whole B*T+1 batches: at B=16
-# T=1024 the 32,768-token split holds ONE such batch, which llm.c re-reads for every val batch (its loader wraps
-# to the same shard). So llm.c's "whole val split" loss is the loss on the split's first 16,384 tokens. -m 1 measures
-# the same thing: our first val batch of B=16 sequences. Over our whole split (-m -1) the same run gave
-# 6.31 / 5.49 / 5.24 / 5.09 at steps 20 / 100 / 150 / 250 (H200, 2026-11-29): a different text, so other numbers.
-# The acceptance run is seed 42 (the default); seeds 1 and 2 show how far the curve moves with the init and data order.
-r1_check() {  # main.log -> one line per reference step; exit 1 if a step misses
-  awk 'BEGIN { ref[20]=6.401; ref[100]=5.666; ref[150]=5.329; ref[250]=5.344; bad=0 }
-       $1=="step" { for (i=3; i<NF; i++) if ($i=="val") val[$2]=$(i+1) }
-       END { for (s in ref) { ok = (s in val) && val[s]-ref[s] <= 0.1 && ref[s]-val[s] <= 0.1; if (!ok) bad=1;
-               printf "R1 val loss at step %3d: %s (reference %.3f, +-0.1) %s\n", s, (s in val) ? val[s] : "missing", ref[s], ok ? "OK" : "FAIL" }
-             exit bad }' "$1" | sort -k6 -n
-  return "${PIPESTATUS[0]}"
-}
-r1_flags=(-b 16 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m 1 --kernels flash)
+# --- 1. recipe R1 (scripts/r1.sh) ---
+# The acceptance run: seed 42, the default. How far the curve moves with the seed, and the same recipe in PyTorch:
+# scripts/gpu.d/41_r1_spread.sh.
+source scripts/r1.sh
 stamp "R1: d12 B=16 T=1024 250 steps, flash, val on the first val batch as llm.c"
-timeout 300 $bin "${common[@]}" "${r1_flags[@]}" -s 50 -g 64 -o "$OUT/r1" | tee "$OUT/r1.txt"
+timeout 300 $bin "${R1_FLAGS[@]}" --seed 42 -s 50 -g 64 -o "$OUT/r1" | tee "$OUT/r1.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-r1_check "$OUT/r1/main.log" | tee "$OUT/r1_check.txt"
-[[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-: > "$OUT/r1_seeds.txt"
-for seed in 1 2; do
-  stamp "R1 spread: seed $seed"
-  timeout 300 $bin "${common[@]}" "${r1_flags[@]}" --seed $seed -s 0 -o "$OUT/r1_seed$seed" > "$OUT/r1_seed$seed.txt" 2>&1
-  { echo "seed $seed:"; r1_check "$OUT/r1_seed$seed/main.log"; } | tee -a "$OUT/r1_seeds.txt"  # not the acceptance: no rc
-done
-# The same recipe in PyTorch (scripts/torch_r1.py: written independently, same init rule, optimizer, schedule, data
-# rule and val protocol), three seeds: if its curve sits where ours does, a gap to llm.c's curve is not our bug.
-stamp "R1 in PyTorch (scripts/torch_r1.py), seeds 42 1 2"
-: > "$OUT/r1_torch.txt"
-if python3 -c "import torch" 2>/dev/null; then
-  timeout 240 python3 scripts/torch_r1.py 42 1 2 > "$OUT/torch_r1.log" 2>&1 || tail -n 5 "$OUT/torch_r1.log"
-  for seed in 42 1 2; do
-    { echo "PyTorch seed $seed:"; grep "^seed $seed step" "$OUT/torch_r1.log" | cut -d' ' -f3- > "$OUT/torch_r1_$seed.log"
-      r1_check "$OUT/torch_r1_$seed.log"; } | tee -a "$OUT/r1_torch.txt"
-  done
-else
-  echo "no PyTorch here: skipped" | tee "$OUT/r1_torch.txt"
-fi
+r1_vals "$OUT/r1/main.log" | r1_check | tee "$OUT/r1_check.txt"
+[[ ${PIPESTATUS[1]} -ne 0 ]] && rc=1
 
 # --- 2. naive vs flash, same seed, 20 steps ---
 # The acceptance pair is the default BF16 build, all-naive vs all-flash. Two more pairs say where a gap comes
@@ -139,13 +108,7 @@ fi
   echo
   sed 's/^/    /' "$OUT/r1_check.txt"
   echo
-  echo "Spread of the same recipe with other seeds (init and data order; not the acceptance run):"
-  echo
-  sed 's/^/    /' "$OUT/r1_seeds.txt"
-  echo
-  echo "The same recipe in PyTorch (scripts/torch_r1.py, bf16 autocast; its own generators, so other inits and orders):"
-  echo
-  sed 's/^/    /' "$OUT/r1_torch.txt"
+  echo "Other seeds, and the same recipe in PyTorch: \`doc/r1_spread.md\` (scripts/gpu.d/41_r1_spread.sh)."
   echo
   echo "Naive vs flash, same seed, B=4 T=1024, 20 steps (acceptance: train losses within 0.02 at every step; BF16 build;"
   echo "then two diagnostic pairs: only attention naive, and the FP32 build):"
