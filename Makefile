@@ -189,6 +189,14 @@ compare: build/train_gpt2cu_$(prec) data
 	cp log/compare.md doc/compare.md
 	bash scripts/readme_table.sh doc/compare.md compare
 
+# bench-train: the training acceptance runs (R1, naive vs flash at B=4, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~5 min on an H200)
+bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
+	OUT=log/bench-train bash scripts/gpu.d/40_train.sh
+
+# r1-spread: recipe R1 over several seeds, ours in BF16 and FP32 and PyTorch's (scripts/torch_r1.py); writes doc/r1_spread.md and the README table (~6 min on an H200)
+r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
+	OUT=log/r1-spread bash scripts/gpu.d/41_r1_spread.sh
+
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda
 
@@ -198,6 +206,6 @@ clean:
 
 # help: list the targets
 help:
-	@grep -E '^# [a-z-]+: ' Makefile | sed 's/^# /  make /'
+	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention train compare all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread all clean help

@@ -72,12 +72,13 @@ echo "anchors (shared/anchors, same card class): llm.c materialized attention 35
 
 # --- 4. PyTorch anchor ---
 stamp "PyTorch anchor"
+anchor=$(ls .gpu-carry/anchors/torch_gpt2_train.py ../shared/anchors/torch_gpt2_train.py 2>/dev/null | head -n 1)
 if [[ -n "${SKIP_TORCH_ANCHOR:-}" ]]; then
   echo "SKIP_TORCH_ANCHOR set: skipped"
-elif [[ -f .gpu-carry/anchors/torch_gpt2_train.py ]]; then
-  timeout 300 python3 .gpu-carry/anchors/torch_gpt2_train.py 2>&1 | tee "$OUT/torch_gpt2_train.txt"
+elif [[ -n "$anchor" ]] && python3 -c "import torch" 2>/dev/null; then
+  timeout 300 python3 "$anchor" 2>&1 | tee "$OUT/torch_gpt2_train.txt"
 else
-  echo "no .gpu-carry/anchors/torch_gpt2_train.py: skipped"
+  echo "no torch_gpt2_train.py (.gpu-carry/anchors or ../shared/anchors) or no PyTorch: skipped"
 fi
 # --- 5. the README table: doc/training.md, spliced between the training markers of README.md ---
 {
