@@ -5,9 +5,9 @@
 //        backward reads P back: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K,
 //        dK = dS^T Q, each (B,NH,T,T) intermediate a round trip through HBM. GEMMs are cuBLAS batched.
 //        Precision as the flash kernels: S and dP in fp32 (the GEMMs accumulate in fp32 and write fp32), P and
-//        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16 too: the
-//        softmax then amplifies S's rounding, and dP - rowsum(P dP) cancels, so its naive gradients are
-//        noisier than its flash ones, and the two trainings drift apart.)
+//        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16: the softmax
+//        amplifies S's rounding and dP - rowsum(P dP) cancels, so those gradients are noisier than the flash
+//        ones, and a naive and a flash training run drift apart: doc/kernels.md.)
 // flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; the BF16 forward on an
 //        H100/H200 is attention_hopper.cuh, the dev ladder's rung 8): S and P live only in
 //        registers/shared memory, one tile at a time; the forward saves lse = log sum exp of each row
