@@ -131,17 +131,10 @@ inline GPT2Config resolve_config(const TrainOptions& o, const std::string& resum
 // ---------------------------------------------------------------------------------------------------------
 // Evaluation and sampling.
 
-// The val batch size. -m N (N > 0) reads the first N batches of B sequences, as llm.c does (-m 1 at B=16,
-// T=1024 is llm.c's val loss on TinyShakespeare: its loader holds one such batch of the 32,768-token split).
-// -m -1 means the whole split: the largest B' <= B whose batches cover at least 95% of its sequences (the
-// loader only reads whole batches), so "the whole val split" really is (nearly) all of it.
+// The val batch size (dataloader.h's val_batch_size): B sequences for -m N, as llm.c; nearly the whole split for -m -1.
 inline int choose_val_batch(const std::string& glob, int B, int T, int V, int max_batches) {
     const DataLoader probe(glob, 1, T, false, 0, V);  // one sequence per batch: counts the sequences
-    const size_t nseq = probe.num_batches();
-    if (max_batches > 0) return (int)std::min<size_t>(B, nseq);
-    for (int b = (int)std::min<size_t>(B, nseq); b > 1; b--)
-        if ((nseq / b) * b * 100 >= nseq * 95) return b;
-    return 1;
+    return val_batch_size(probe.num_batches(), B, max_batches);
 }
 
 // Mean loss over max_batches batches of the loader from its start (-1: all of them). Data parallel, rank r

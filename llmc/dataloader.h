@@ -24,6 +24,7 @@
 #pragma once
 #include <glob.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -258,5 +259,18 @@ private:
         }
     }
 };
+
+// How many sequences per val batch, for a val split of nseq sequences of T tokens and a training batch of B.
+// max_batches > 0 (the trainers' -m N): batches of B, as llm.c reads them (at B=16 T=1024, llm.c's val loss on
+// TinyShakespeare is the loss of the split's first batch of 16 sequences). max_batches <= 0 (-m -1, the whole
+// split): the largest B' <= B whose whole batches cover at least 95% of the sequences (the loader reads only
+// whole batches), so "the whole val split" really is nearly all of it.
+inline int val_batch_size(size_t nseq, int B, int max_batches) {
+    const int most = (int)std::min<size_t>((size_t)B, nseq);
+    if (max_batches > 0) return most;
+    for (int b = most; b > 1; b--)
+        if ((nseq / b) * b * 100 >= nseq * 95) return b;
+    return 1;
+}
 
 }  // namespace flashgpt2

@@ -1,4 +1,5 @@
-// Tests of llmc/dataloader.h: batch contents, wrap-around, seeded shuffling, save/restore, and every bad input.
+// Tests of llmc/dataloader.h: batch contents, wrap-around, seeded shuffling, save/restore, every bad input, and the
+// trainers' val batch size.
 // Shards are small temp files written here with random tokens, so a batch's expected contents are known.
 #include <doctest/doctest.h>
 
@@ -216,4 +217,17 @@ TEST_CASE("dataloader: reads the TinyShakespeare val split from make data") {
     dl.next_batch();
     CHECK(std::vector<int>(dl.inputs.begin(), dl.inputs.begin() + 5) == std::vector<int>{50256, 5962, 22307, 25, 198});
     CHECK(std::vector<int>(dl.targets.begin(), dl.targets.begin() + 4) == std::vector<int>{5962, 22307, 25, 198});
+}
+
+TEST_CASE("val_batch_size: B sequences for -m N (llm.c's val batch), nearly the whole split for -m -1") {
+    // TinyShakespeare's val split at T=1024: (32768 - 1) / 1024 = 31 sequences
+    CHECK(val_batch_size(31, 16, 1) == 16);   // llm.c's one val batch at B=16
+    CHECK(val_batch_size(31, 16, 3) == 16);
+    CHECK(val_batch_size(31, 16, -1) == 15);  // 2 batches of 15 = 30 of 31 sequences (97%); 16 would read 16 (52%)
+    CHECK(val_batch_size(31, 4, -1) == 3);    // 10 x 3 = 30 (97%); 4 would read 28 (90%)
+    CHECK(val_batch_size(31, 31, -1) == 31);
+    CHECK(val_batch_size(10, 16, 1) == 10);   // never more than the split holds
+    CHECK(val_batch_size(10, 16, -1) == 10);
+    CHECK(val_batch_size(1, 16, -1) == 1);
+    CHECK(val_batch_size(7, 2, -1) == 1);     // 3 x 2 = 6 of 7 (86%): one at a time reads all 7
 }
