@@ -5,9 +5,9 @@
 #      trainer, resume included; the 2-process test runs only with 2+ GPUs (else it prints SKIPPED);
 #   2. the trainer's command line, one GPU: d6 B=4 T=256 20 steps, plain vs --num-gpus 1: every logged train/val loss
 #      and the final model file must be identical;
-#   3. only with 2+ GPUs: recipe R1 on 2 GPUs at the same global batch (B=8 per GPU, -d 16384) vs the 1-GPU R1 val
-#      curve (40_train's, else run here): within +-0.05 at every val step; throughput at B=16 per GPU, 1 vs 2 GPUs
-#      (acceptance >= 1.8x).
+#   3. only with 2+ GPUs: recipe R1 (scripts/r1.sh) at B=8 and the global batch of 16x1024, on 2 GPUs vs on 1 GPU
+#      (2 micro-batches): the same data, so within +-0.05 at every val step; throughput at B=16 per GPU, 1 vs 2
+#      GPUs (acceptance >= 1.8x).
 # NCCL_NVLS_ENABLE=0 is set here and by the trainer itself. Wall time on 1 GPU: not measured yet (estimate < 1 min:
 # the tests use a 2-layer model, the CLI runs a 6-layer one for 20 short steps).
 set -uo pipefail
@@ -51,15 +51,16 @@ if (( ngpu < 2 )); then
   echo "2-GPU checks (R1 within +-0.05 of 1 GPU, throughput >= 1.8x): SKIPPED, $ngpu GPU(s) here"
   stamp "60_distributed done, rc=$rc"; exit $rc
 fi
-r1=(-e d12 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m -1 -s 0 -n -1 --kernels flash)
-ref_log="$OUT/r1/main.log"   # 40_train's 1-GPU R1, same settings
-if [[ ! -f $ref_log ]]; then
-  stamp "R1 on 1 GPU (reference)"
-  timeout 300 $bin "${common[@]}" "${r1[@]}" -b 16 -o "$OUT/r1_1gpu" > "$OUT/r1_1gpu.txt" 2>&1 || rc=1
-  ref_log="$OUT/r1_1gpu/main.log"
-fi
-stamp "R1 on 2 GPUs: B=8 per GPU, global batch 16x1024"
-timeout 300 $bin "${common[@]}" "${r1[@]}" -b 8 -d 16384 --num-gpus 2 -o "$OUT/r1_2gpu" > "$OUT/r1_2gpu.txt" 2>&1 || rc=1
+# Both runs at B=8 and a global batch of 16x1024: 1 GPU with 2 micro-batches per step, 2 GPUs with one each. Rank r
+# of W trains on loader batches r, r+W, ..., the batches the 1-GPU run accumulates, so both see the same data
+# (R1's own B=16 run shuffles batches of 16, other data). -m 2 at B=8: the same 16 val sequences as R1's -m 1.
+source scripts/r1.sh
+r1_8=("${R1_FLAGS[@]}" --seed 42 -s 0 -b 8 -d 16384 -m 2)
+stamp "R1 on 1 GPU, B=8 x 2 micro-batches"
+timeout 300 $bin "${r1_8[@]}" -o "$OUT/r1_1gpu" > "$OUT/r1_1gpu.txt" 2>&1 || rc=1
+ref_log="$OUT/r1_1gpu/main.log"
+stamp "R1 on 2 GPUs: B=8 per GPU"
+timeout 300 $bin "${r1_8[@]}" --num-gpus 2 -o "$OUT/r1_2gpu" > "$OUT/r1_2gpu.txt" 2>&1 || rc=1
 awk 'NR==FNR { for (i=3; i<NF; i++) if ($i=="val") ref[$2]=$(i+1); next }
      { for (i=3; i<NF; i++) if ($i=="val") got[$2]=$(i+1) }
      END { bad=0; n=0; for (s in ref) { n++; ok = (s in got) && got[s]-ref[s] <= 0.05 && ref[s]-got[s] <= 0.05; if (!ok) bad=1;
