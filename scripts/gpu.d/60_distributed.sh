@@ -61,12 +61,12 @@ timeout 300 $bin "${r1_8[@]}" -o "$OUT/r1_1gpu" > "$OUT/r1_1gpu.txt" 2>&1 || rc=
 ref_log="$OUT/r1_1gpu/main.log"
 stamp "R1 on 2 GPUs: B=8 per GPU"
 timeout 300 $bin "${r1_8[@]}" --num-gpus 2 -o "$OUT/r1_2gpu" > "$OUT/r1_2gpu.txt" 2>&1 || rc=1
-awk 'NR==FNR { for (i=3; i<NF; i++) if ($i=="val") ref[$2]=$(i+1); next }
-     { for (i=3; i<NF; i++) if ($i=="val") got[$2]=$(i+1) }
-     END { bad=0; n=0; for (s in ref) { n++; ok = (s in got) && got[s]-ref[s] <= 0.05 && ref[s]-got[s] <= 0.05; if (!ok) bad=1;
+awk 'NR==FNR { ref[$1]=$2; step[++n]=$1; next }
+     { got[$1]=$2 }
+     END { bad=0; for (i=1; i<=n; i++) { s=step[i]; ok = (s in got) && got[s]-ref[s] <= 0.05 && ref[s]-got[s] <= 0.05; if (!ok) bad=1;
              printf "step %3d val 1 GPU %s 2 GPUs %s %s\n", s, ref[s], (s in got) ? got[s] : "missing", ok ? "OK" : "FAIL" }
            printf "R1 2 GPUs vs 1 GPU: %d val points within +-0.05: %s\n", n, (bad || n == 0) ? "FAIL" : "OK"; exit (bad || n == 0) }' \
-  "$ref_log" "$OUT/r1_2gpu/main.log" | sort -n -k2 | tee "$OUT/r1_2gpu_check.txt"
+  <(r1_vals "$ref_log") <(r1_vals "$OUT/r1_2gpu/main.log") | tee "$OUT/r1_2gpu_check.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
 
 thr() {  # name extra-flags...: prints the summary's tok/s
