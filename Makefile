@@ -189,7 +189,7 @@ compare: build/train_gpt2cu_$(prec) data
 	cp log/compare.md doc/compare.md
 	bash scripts/readme_table.sh doc/compare.md compare
 
-# bench-train: the training acceptance runs (R1, naive vs flash at B=4, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~5 min on an H200)
+# bench-train: the training acceptance runs (R1, naive vs flash at B=4, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~4.5 min on an H200)
 bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 	OUT=log/bench-train bash scripts/gpu.d/40_train.sh
 
