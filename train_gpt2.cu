@@ -299,7 +299,7 @@ inline TrainResult train(const TrainOptions& o) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.local_rank));
     GPT2Model model(cfg, o.kernels, o.B, o.T, dist.world, dist.rank);
-    Rng rng(o.seed + 1);  // sampling; seed + 1 so it does not replay the init's stream
+    Rng rng(o.seed + 1);  // sampling (a generator of its own: init and data order are llm.c's streams)
     int first_step = 0;
     if (o.resume) {
         load_model_file(resume_model, model);

@@ -10,14 +10,15 @@
 //
 // Order: shards in sorted glob order, batches in file order; after the last batch of the last shard the loader
 // wraps to the first batch of the first shard and the epoch counter goes up by one.
-// With shuffle=true, every epoch draws (1) a permutation of the shards and (2) for each shard a permutation of
-// its batches, from a SplitMix64 generator seeded by (seed, epoch[, shard]) and a Fisher-Yates shuffle. We use
-// our own generator rather than std::shuffle so the order is the same with every C++ standard library: the
-// same seed gives the same batches on any machine, and a (seed, epoch) pair fully determines an epoch.
-//
+// With shuffle=true the order is llm.c's (its dataloader.h, with its seed as ours): one MT19937 stream seeded by
+// the seed (llmc/torch_rng.h) draws, at the start of every epoch, a permutation of the shard order (applied to
+// the previous epoch's shard order, as llm.c does), and, whenever a shard is reached, a fresh permutation of its
+// batches. So --seed 42 reads llm.c's batches in llm.c's order, and the order is the same on every machine.
+
 // The position is three integers (epoch, shard_pos, batch_pos): "the next batch is the batch_pos-th batch in
 // this epoch's order of the shard_pos-th shard in this epoch's shard order". state() returns it (plus the
-// settings it is only valid for), restore() puts it back, so a checkpoint resumes on exactly the next batch.
+// settings it is only valid for), restore() puts it back (replaying the stream from the seed up to that
+// shard), so a checkpoint resumes on exactly the next batch.
 //
 // Every shard is validated once when the loader is built (header, size, every token id < vocab_size, at least
 // B*T+1 tokens); problems throw flashgpt2::Error naming the file. Only the current shard is held in memory.
@@ -35,6 +36,7 @@
 
 #include "llmc/error.h"
 #include "llmc/fileio.h"
+#include "llmc/torch_rng.h"
 
 namespace flashgpt2 {
 
@@ -106,6 +108,7 @@ public:
                int vocab_size = 50257)
         : B(B_), T(T_), shuffle_(shuffle), seed_(seed) {
         if (B <= 0 || T <= 0) fail("%s: batch shape B=%d T=%d must be positive", pattern.c_str(), B, T);
+        if (seed > UINT32_MAX) fail("%s: seed %llu does not fit the shuffler's 32 bits", pattern.c_str(), (unsigned long long)seed);
         files_ = glob_files(pattern);
         const size_t window = static_cast<size_t>(B) * T + 1;
         for (const std::string& path : files_) {
@@ -194,6 +197,7 @@ private:
     size_t shard_pos_ = 0, batch_pos_ = 0;
     std::vector<size_t> shard_order_;  // (num_shards) this epoch's shard order
     std::vector<size_t> batch_order_;  // (batches of the current shard) this epoch's batch order in it
+    std::mt19937 rng_;                 // (shuffle) the order stream, at the point after the current shard's draw
     size_t loaded_shard_ = SIZE_MAX;   // which file tokens_ holds
     std::vector<uint16_t> tokens_;     // the current shard's tokens
 
@@ -212,47 +216,38 @@ private:
         return out;
     }
 
-    // SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-mixed generator with a fixed, portable output sequence.
-    static uint64_t splitmix64(uint64_t& x) {
-        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
+    // The stream's two kinds of draw, in the order llm.c makes them.
+    void begin_epoch() {  // the shard order: this epoch's permutation of the last one
+        if (shuffle_) torch_permute(shard_order_, rng_);
+    }
+    void begin_shard() {  // the batch order of the shard at shard_pos_: a fresh permutation of 0..n-1
+        batch_order_.resize(shard_batches_[shard_order_[shard_pos_]]);
+        for (size_t i = 0; i < batch_order_.size(); i++) batch_order_[i] = i;
+        if (shuffle_) torch_permute(batch_order_, rng_);
     }
 
-    // 0..n-1 in order, or (shuffle) in a Fisher-Yates order drawn from a generator seeded by `key`.
-    std::vector<size_t> order(size_t n, uint64_t key) const {
-        std::vector<size_t> p(n);
-        for (size_t i = 0; i < n; i++) p[i] = i;
-        if (!shuffle_) return p;
-        uint64_t x = key;
-        for (size_t i = n; i > 1; i--) {
-            const size_t j = splitmix64(x) % i;  // modulo bias is ~n/2^64: irrelevant here
-            std::swap(p[i - 1], p[j]);
-        }
-        return p;
-    }
-
-    // The generator seed of one permutation: a hash of (seed, epoch, what), what = shard index or ALL_SHARDS.
-    static constexpr uint64_t ALL_SHARDS = ~0ull;
-    uint64_t order_key(uint64_t epoch, uint64_t what) const {
-        uint64_t x = seed_;
-        x = splitmix64(x) ^ epoch;
-        x = splitmix64(x) ^ what;
-        return splitmix64(x);
-    }
-
-    // Moves to (epoch, shard_pos, batch_pos): rebuilds the orders and loads the shard when they change.
+    // Moves to (epoch, shard_pos, batch_pos). Forward moves draw on from the live stream; a move back (or the
+    // first seek) restarts the stream from the seed and walks to the target shard, drawing every order on the way.
     void seek(uint64_t epoch, size_t shard_pos, size_t batch_pos) {
-        const bool new_epoch = epoch != epoch_ || shard_order_.empty();
-        const bool new_shard = new_epoch || shard_pos != shard_pos_ || batch_order_.empty();
-        epoch_ = epoch;
-        shard_pos_ = shard_pos;
+        if (batch_order_.empty() || epoch < epoch_ || (epoch == epoch_ && shard_pos < shard_pos_)) {
+            rng_.seed(static_cast<uint32_t>(seed_));
+            shard_order_.resize(files_.size());
+            for (size_t i = 0; i < files_.size(); i++) shard_order_[i] = i;
+            epoch_ = 0, shard_pos_ = 0;
+            begin_epoch();
+            begin_shard();
+        }
+        while (epoch_ < epoch || (epoch_ == epoch && shard_pos_ < shard_pos)) {
+            if (shard_pos_ + 1 < files_.size()) {
+                shard_pos_++;
+            } else {
+                epoch_++, shard_pos_ = 0;
+                begin_epoch();
+            }
+            begin_shard();
+        }
         batch_pos_ = batch_pos;
-        if (new_epoch) shard_order_ = order(files_.size(), order_key(epoch, ALL_SHARDS));
-        if (!new_shard) return;
-        const size_t shard = shard_order_[shard_pos];
-        batch_order_ = order(shard_batches_[shard], order_key(epoch, shard));
+        const size_t shard = shard_order_[shard_pos_];
         if (loaded_shard_ != shard) {
             tokens_ = read_token_file(files_[shard]);
             loaded_shard_ = shard;

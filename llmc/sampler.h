@@ -1,4 +1,5 @@
-// Random numbers and token sampling, shared by the CPU trainer, the CUDA trainer and the reference init.
+// Random numbers and token sampling, shared by the CPU and CUDA trainers (sampling) and the tests (random
+// inputs). The init and the data order use llm.c's streams instead (llmc/torch_rng.h).
 //
 // Rng is xorshift64* (Marsaglia's xorshift with a multiplicative output scramble, as described by
 // Vigna, "An experimental exploration of Marsaglia's xorshift generators", 2016). Its whole state is
@@ -38,7 +39,7 @@ struct Rng {
     // Uniform in [0, 1): the top 24 bits, so every value is exactly representable in float.
     float next_f32() { return (float)(next_u32() >> 8) * (1.0f / 16777216.0f); }
 
-    // Standard normal by Box-Muller (one of the pair is used; simple beats fast here: it runs at init).
+    // Standard normal by Box-Muller (one of the pair is used; simple beats fast here: tests only).
     double next_normal() {
         double u1 = ((double)next_u32() + 1.0) / 4294967296.0;  // (0, 1]: log is finite
         double u2 = (double)next_u32() / 4294967296.0;          // [0, 1)

@@ -41,7 +41,7 @@ struct TrainOptions {
     int checkpoint_every = 0;      // checkpoint every N steps; 0 = only at the end; -1 = never
     std::string out_dir = "log";   // checkpoints and the log file go here
     bool resume = false;           // continue from the newest complete checkpoint in out_dir
-    unsigned long long seed = 42;  // model init, data order, sampling
+    unsigned long long seed = 42;  // model init and data order (as llm.c draws them), sampling
     KernelSet kernels = KernelSet::all(Variant::flash);
     bool list_kernels = false;
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
@@ -84,7 +84,7 @@ inline void print_help(FILE* f) {
             "  -n N           checkpoint every N steps (0 = only at the end, -1 = never) [%d]\n"
             "  -o DIR         output directory: checkpoints, main.log    [%s]\n"
             "  --resume       continue bit-exactly from the newest complete checkpoint in DIR\n"
-            "  --seed S       seed of init, data order and sampling      [%llu]\n"
+            "  --seed S       init, data order (llm.c's for the same S), sampling [%llu]\n"
             "multi-GPU (data parallel, NCCL; ZeRO-1 optimizer shards; rank 0 writes logs and the model file):\n"
             "  --num-gpus N   N processes, one per GPU; -b is per GPU, -d the global batch (default N*B*T). Without\n"
             "                 --rank the trainer starts the N processes itself. N = 1: the NCCL path on one GPU\n"
@@ -178,7 +178,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "-o") o.out_dir = v;
         else if (a == "--seed") {
             const long s = parse_long(f, v);
-            if (s < 0) fail("--seed: %ld must be >= 0", s);
+            if (s < 0 || s > (long)UINT32_MAX) fail("--seed: %ld must be in [0, %u] (llm.c's 32-bit generators)", s, UINT32_MAX);
             o.seed = static_cast<unsigned long long>(s);
         }
         else if (a == "--num-gpus") o.num_gpus = parse_int(f, v, 1, 1024);

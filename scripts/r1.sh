@@ -1,4 +1,6 @@
 # Recipe R1 of ../shared/anchors/README.md, sourced by scripts/gpu.d/40_train.sh and 41_r1_spread.sh.
+# Seed 42 is llm.c's: our init and data order are drawn as llm.c draws them, so the seed-42 run starts from the
+# reference run's weights and reads its batches in its order (the arithmetic still differs: cuDNN vs ours).
 # GPT-2 124M from scratch, B=16 T=1024, AdamW lr 6e-4, 20 warm-up steps, cosine to 10%, weight decay 0.1, clip
 # 1.0, 250 steps, val every 10 steps, flash kernels. The reference curve is llm.c's, and llm.c's val loader cuts
 # its one val shard into whole B*T+1 batches: at B=16 T=1024 the 32,768-token split holds ONE such batch, which
@@ -15,6 +17,13 @@ R1_ACCEPT_STEPS="20 100 150 250"
 # main.log of the trainer -> "step val" lines.
 r1_vals() {
   awk '$1=="step" { for (i=3; i<NF; i++) if ($i=="val") print $2, $(i+1) }' "$1"
+}
+
+# main.log of the trainer -> one line: step 0's val and train loss beside llm.c's. Our init and data order are
+# llm.c's for the same seed (llmc/torch_rng.h), so at seed 42 both should match to float noise.
+r1_start() {
+  awk '$1=="step" && $2==0 { for (i=3; i<NF; i++) { if ($i=="val") v=$(i+1); if ($i=="train") t=$(i+1) } }
+       END { printf "R1 step 0: val %.3f, train loss %.3f; llm.c'"'"'s run (seed 42): 11.008, 10.98\n", v, t }' "$1"
 }
 
 # "step val" lines -> one line per accepted step, OK or FAIL; returns 1 if a step misses or is missing.

@@ -17,6 +17,7 @@
 #include "../config.h"
 #include "../error.h"
 #include "../sampler.h"
+#include "../torch_rng.h"
 #include "attention.h"
 #include "layers.h"
 
@@ -103,24 +104,31 @@ struct GPT2 {
     std::array<S*, NUM_PARAMETER_TENSORS> grad_ptrs() { return tensor_ptrs(grads.data(), config); }
 
     // GPT-2's initialization, as llm.c's gpt2_build_from_random: weights ~ N(0, 0.02), the two projections
-    // back into the residual stream (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm gains 1.
-    // wte's padding rows (V..Vp) stay 0. Deterministic for a seed (our Rng, tensors drawn in order).
+    // back into the residual stream (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm gains 1;
+    // wte's padding rows (V..Vp) stay 0. The draws are llm.c's too (llmc/torch_rng.h), in its order: wte, wpe,
+    // then layer by layer qkvw, attprojw, fcw, fcprojw. So a seed gives llm.c's initial weights for that seed.
     void init_random(uint64_t seed) {
-        Rng rng(seed);
+        if (seed > UINT32_MAX) fail("init_random: seed %llu does not fit the generator's 32 bits", (unsigned long long)seed);
+        std::mt19937 g((uint32_t)seed);
         auto p = param_ptrs();
         const auto sizes = parameter_sizes(config);
-        const double residual_scale = 1.0 / std::sqrt(2.0 * config.num_layers);
+        const size_t L = config.num_layers;
+        const float proj_std = 0.02f * (1.0f / sqrtf(2.0f * (float)L));
         std::fill(params.begin(), params.end(), S(0));
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            size_t n = sizes[i];
-            if (i == LN1W || i == LN2W || i == LNFW) {
-                std::fill(p[i], p[i] + n, S(1));
-            } else if (i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW) {
-                if (i == WTE) n = (size_t)config.vocab_size * config.channels;
-                const double std = (i == ATTPROJW || i == FCPROJW) ? 0.02 * residual_scale : 0.02;
-                for (size_t j = 0; j < n; j++) p[i][j] = S(std * rng.next_normal());
+        for (int i : {LN1W, LN2W, LNFW}) std::fill(p[i], p[i] + sizes[i], S(1));
+        std::vector<float> x;
+        auto draw = [&](S* dst, size_t n, float std) {  // n normals into dst
+            x.resize(n);
+            torch_normal(x.data(), n, 0.0f, std, g);
+            std::copy(x.begin(), x.end(), dst);
+        };
+        draw(p[WTE], (size_t)config.vocab_size * config.channels, 0.02f);
+        draw(p[WPE], sizes[WPE], 0.02f);
+        for (size_t l = 0; l < L; l++)
+            for (int i : {QKVW, ATTPROJW, FCW, FCPROJW}) {
+                const size_t n = sizes[i] / L;  // layer l's slice
+                draw(p[i] + l * n, n, (i == ATTPROJW || i == FCPROJW) ? proj_std : 0.02f);
             }
-        }
     }
 
     // Runs the model on inputs (B,T) and returns the mean cross-entropy loss against targets (B,T).

@@ -25,8 +25,8 @@ source scripts/r1.sh
 stamp "R1: d12 B=16 T=1024 250 steps, flash, val on the first val batch as llm.c"
 timeout 300 $bin "${R1_FLAGS[@]}" --seed 42 -s 50 -g 64 -o "$OUT/r1" | tee "$OUT/r1.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-r1_vals "$OUT/r1/main.log" | r1_check | tee "$OUT/r1_check.txt"
-[[ ${PIPESTATUS[1]} -ne 0 ]] && rc=1
+{ r1_start "$OUT/r1/main.log"; r1_vals "$OUT/r1/main.log" | r1_check; } | tee "$OUT/r1_check.txt"
+[[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1   # the group's status is r1_check's (pipefail)
 
 # --- 2. naive vs flash, same seed, 20 steps ---
 # The acceptance pair is the default BF16 build, all-naive vs all-flash. Two more pairs say where a gap comes

@@ -116,7 +116,7 @@ TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") 
     REQUIRE(n == 44);
     const auto ordered = take(plain, n);
     const uint64_t seed = rng();
-    DataLoader s1(d / "s_*.bin", B, T, true, seed), s2(d / "s_*.bin", B, T, true, seed), s3(d / "s_*.bin", B, T, true, seed + 1);
+    DataLoader s1(d / "s_*.bin", B, T, true, seed), s2(d / "s_*.bin", B, T, true, seed), s3(d / "s_*.bin", B, T, true, seed ^ 1);
     const auto e0 = take(s1, n), e1 = take(s1, n);
     CHECK(take(s2, n) == e0);             // same seed, same order
     CHECK(take(s3, n) != e0);             // another seed, another order (chance of equality ~1/44!)
@@ -129,6 +129,28 @@ TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") 
     // reset() goes back to epoch 0's order.
     s1.reset();
     CHECK(take(s1, n) == e0);
+
+    // The order is llm.c's: one MT19937 stream from the seed; per epoch a Fisher-Yates permutation (from the
+    // top, j = output % (i + 1)) of the previous shard order, then one of each shard's batches as it is reached.
+    std::mt19937 g(static_cast<uint32_t>(seed));
+    auto permute = [&](std::vector<size_t>& p) {
+        for (size_t i = p.size() - 1; i >= 1; i--) std::swap(p[i], p[g() % (i + 1)]);
+    };
+    const size_t batches[3] = {20, 15, 9}, first[3] = {0, 20, 35};  // per shard, and its offset in `ordered`
+    std::vector<size_t> shards = {0, 1, 2};
+    std::vector<std::vector<int>> want;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        permute(shards);
+        for (size_t s : shards) {
+            std::vector<size_t> p(batches[s]);
+            for (size_t i = 0; i < p.size(); i++) p[i] = i;
+            permute(p);
+            for (size_t b : p) want.push_back(ordered[first[s] + b]);
+        }
+    }
+    std::vector<std::vector<int>> got = e0;
+    got.insert(got.end(), e1.begin(), e1.end());
+    CHECK(got == want);
 }
 
 TEST_CASE("dataloader: state() then restore() resumes on exactly the next batch") {

@@ -105,7 +105,7 @@ TEST_CASE("ref GPT2: float and double instantiations agree") {
     }
 }
 
-TEST_CASE("ref GPT2: init_random follows GPT-2's initialization and is deterministic") {
+TEST_CASE("ref GPT2: init_random follows GPT-2's initialization, draws as llm.c, and is deterministic") {
     GPT2Config cfg;
     cfg.max_seq_len = 32, cfg.vocab_size = 250, cfg.padded_vocab_size = 256, cfg.num_layers = 2,
     cfg.num_heads = 4, cfg.channels = 64;
@@ -140,6 +140,22 @@ TEST_CASE("ref GPT2: init_random follows GPT-2's initialization and is determini
     for (int i : {ref::LN1B, ref::QKVB, ref::ATTPROJB, ref::LN2B, ref::FCB, ref::FCPROJB, ref::LNFB})
         for (size_t j = 0; j < sizes[i]; j++) CHECK(p[i][j] == 0.0f);
 
+    // llm.c's draws in llm.c's order: wte, wpe, then per layer qkvw, attprojw, fcw, fcprojw (all sizes here are
+    // multiples of 16, so a tensor's first 16 values come from the 16 outputs at its start in the stream)
+    auto first16 = [&](size_t skip, float std) {
+        std::mt19937 g(42);
+        g.discard(skip);
+        vector<float> x(16);
+        torch_normal(x.data(), 16, 0.0f, std, g);
+        return x;
+    };
+    auto head = [](const float* t) { return vector<float>(t, t + 16); };
+    const size_t L = cfg.num_layers, C = cfg.channels, VC = (size_t)cfg.vocab_size * C;
+    CHECK(head(p[ref::WTE]) == first16(0, 0.02f));
+    CHECK(head(p[ref::WPE]) == first16(VC, 0.02f));
+    const size_t layer = (3 + 1 + 4 + 4) * C * C;  // one layer's qkvw, attprojw, fcw, fcprojw
+    CHECK(head(p[ref::QKVW] + 3 * C * C) == first16(VC + sizes[ref::WPE] + layer, 0.02f));  // layer 1
+    CHECK(head(p[ref::FCPROJW] + 4 * C * C) == first16(VC + sizes[ref::WPE] + layer + 8 * C * C, 0.02f * (1.0f / sqrtf(2.0f * L))));
     // small weights give near-uniform predictions: the loss starts at ln V (GPT-2 124M: ln 50257 ≈ 10.82)
     Rng rng(5);
     vector<int> inp = random_tokens(4 * 16, cfg.vocab_size, rng), tgt = random_tokens(4 * 16, cfg.vocab_size, rng);

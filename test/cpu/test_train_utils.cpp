@@ -1,5 +1,6 @@
 // The small helpers both trainers share: the learning-rate schedule (llmc/schedule.h), the random
-// number generator and token sampler (llmc/sampler.h), and the per-step log file (llmc/logger.h).
+// number generator and token sampler (llmc/sampler.h), llm.c's init and shuffle streams (llmc/torch_rng.h),
+// and the per-step log file (llmc/logger.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -13,9 +14,54 @@
 #include "llmc/logger.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
+#include "llmc/torch_rng.h"
 
 using namespace flashgpt2;
 namespace fs = std::filesystem;
+
+TEST_CASE("torch_rng: PyTorch's CPU stream and normal_ for seed 137 (the values llm.c's rand.h publishes)") {
+    std::mt19937 g(137);
+    for (uint32_t want : {4053805790u, 2173880614u, 380293709u, 1237255315u, 2986595568u}) CHECK(g() == want);
+    // n < 16: pairs of 53-bit uniforms
+    const float want8[8] = {0.7947664260864258f, 1.4369317293167114f, -0.2292192131280899f, 0.47556325793266296f,
+                            -0.6334410905838013f, -0.5791953802108765f, -0.0925704762339592f, -0.8659197092056274f};
+    float x[16];
+    torch_normal(x, 8, 0.0f, 1.0f, g);
+    for (int i = 0; i < 8; i++) CHECK(x[i] == doctest::Approx(want8[i]).epsilon(2e-6));
+    CHECK(g() == 2186503452u);  // 8 normals took exactly 16 outputs
+    // n >= 16: 16 uniforms, Box-Muller on the pairs (t, t+8)
+    const float want16[16] = {-1.2813878059387207f, -2.646395683288574f, -0.06569503247737885f, 0.2180829495191574f,
+                              -0.46536165475845337f, -0.33108410239219666f, 2.5485482215881348f, 0.10425379872322083f,
+                              0.8460659980773926f, 0.9462448358535767f, -0.2913765013217926f, 0.34313806891441345f,
+                              -1.1186704635620117f, -0.18305328488349915f, -2.3153159618377686f, 0.3961987793445587f};
+    torch_normal(x, 16, 0.0f, 1.0f, g);
+    for (int i = 0; i < 16; i++) CHECK(x[i] == doctest::Approx(want16[i]).epsilon(2e-6));
+    CHECK(g() == 2756748748u);
+    // mean and std scale every value; a tail (n % 16 != 0) redraws the last 16 values
+    std::mt19937 a(7), b(7);
+    std::vector<float> u(40), v(40);
+    torch_normal(u.data(), 40, 0.0f, 1.0f, a);
+    torch_normal(v.data(), 40, 3.0f, 0.5f, b);
+    for (int i = 0; i < 40; i++) CHECK(v[i] == doctest::Approx(3.0f + 0.5f * u[i]).epsilon(1e-6));
+    std::mt19937 c(7);
+    c.discard(40 + 16);  // 40 uniforms, then 16 more for the tail
+    CHECK(a() == c());
+}
+
+TEST_CASE("torch_rng: torch_permute is Fisher-Yates from the top, j = output % (i + 1)") {
+    std::mt19937 g(11), h(11);
+    std::vector<size_t> p(9);
+    for (size_t i = 0; i < p.size(); i++) p[i] = i;
+    torch_permute(p, g);
+    std::vector<size_t> q = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    for (size_t i = 8; i >= 1; i--) {
+        const size_t j = h() % (i + 1);
+        const size_t t = q[i];
+        q[i] = q[j], q[j] = t;
+    }
+    CHECK(p == q);
+    CHECK(g() == h());  // n - 1 draws
+}
 
 TEST_CASE("lr_cosine: linear warm-up, cosine decay to final_frac * max_lr") {
     const float lr = 6e-4f, frac = 0.1f;
