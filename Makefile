@@ -197,6 +197,10 @@ bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 	OUT=log/r1-spread bash scripts/gpu.d/41_r1_spread.sh
 
+# nf-layers: where the BF16 naive and flash trajectories part: one layer naive at a time against all-flash, B=4, 20 steps; writes doc/naive_vs_flash.md and the README table (~2 min on an H200)
+nf-layers: build/train_gpt2cu_bf16 data
+	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
+
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda
 
@@ -208,4 +212,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread nf-layers all clean help

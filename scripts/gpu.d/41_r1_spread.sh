@@ -4,7 +4,7 @@
 # seeds in our BF16 build, a few in the FP32 build, and the same recipe in PyTorch (scripts/torch_r1.py: its own
 # implementation, bf16 autocast with fp32 weights). Writes doc/r1_spread.md: per step, the reference, and each
 # system's mean [min, max] and how many of its runs fall within ±0.1 of the reference; spliced into README.md.
-# Seeds: R1_SEEDS (default 42 1..5), R1_SEEDS_FP32 (42), R1_SEEDS_TORCH (42 1..4). Wall time 334 s on the H200 (2026-11-29):
+# Seeds: R1_SEEDS (default 42 1..5), R1_SEEDS_FP32 (42; empty: none), R1_SEEDS_TORCH (42 1..4). Wall time 334 s on the H200 (2026-11-29):
 # a BF16 run takes ~16 s, a PyTorch run ~26 s, an FP32 run ~105 s (fp32 matmuls).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT/spread"
@@ -29,7 +29,8 @@ if python3 -c "import torch" 2>/dev/null; then
     awk -v s="$seed" '$1=="seed" && $2==s && $3=="step" { print $4, $6 }' "$OUT/spread/torch.log" > "$OUT/spread/torch_$seed.vals"
   done
 fi
-ours fp32 ${R1_SEEDS_FP32:-42}
+fp32_seeds=${R1_SEEDS_FP32-42}   # R1_SEEDS_FP32="" skips the FP32 runs (~105 s each)
+ours fp32 $fp32_seeds
 for f in "$OUT"/spread/*.vals; do b=$(basename "$f" .vals); sed "s/^/${b%_*} /" "$f"; done > "$OUT/spread/all.txt"
 {
   echo "Recipe R1 from run to run: val loss (llm.c's protocol, the first 16 val sequences) of several seeds per system."
@@ -47,7 +48,8 @@ for f in "$OUT"/spread/*.vals; do b=$(basename "$f" .vals); sed "s/^/${b%_*} /" 
        END { for (i=1; i<=nref; i++) { t=steps[i]; printf "| %d | %.3f | %s | %s | %s |\n", t, ref[t], cell("bf16", t), cell("fp32", t), cell("torch", t) } }' \
       "$OUT/spread/all.txt"
   echo
-  echo "Seeds: BF16 ${R1_SEEDS:-42 1 2 3 4 5}; FP32 ${R1_SEEDS_FP32:-42}; PyTorch ${R1_SEEDS_TORCH:-42 1 2 3 4} (its own generators)."
+  echo "Seeds: BF16 ${R1_SEEDS:-42 1 2 3 4 5}; FP32 ${fp32_seeds:-none}; PyTorch ${R1_SEEDS_TORCH:-42 1 2 3 4}. Ours draw init and data order as llm.c"
+  echo "does (seed 42: the reference run's weights and batch order); PyTorch's draw from its own generators."
   echo "Runs within ±0.1 at all of steps $R1_ACCEPT_STEPS (the acceptance):"
   counts=()
   for sys in bf16 fp32 torch; do
