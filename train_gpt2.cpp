@@ -71,7 +71,7 @@ const char* USAGE = R"(usage: train_gpt2 [flags]   (the CPU trainer; every flag 
   --temperature X   sampling temperature (0: greedy) [%g]
   -o PATH           checkpoint written at the end  [%s]
   --log PATH        one line per step ('' : none)  [%s]
-  --seed N          init, data order and sampling seed [%llu]
+  --seed N          init, data order (llm.c's streams), sampling [%llu]
   -h, --help        this text
 )";
 
@@ -129,7 +129,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
         {"--temperature", [&](const std::string& v) { o.temperature = parse_float("--temperature", v, 0.0, 100.0); }},
         {"-o", [&](const std::string& v) { o.checkpoint = v; }},
         {"--log", [&](const std::string& v) { o.log = v; }},
-        {"--seed", [&](const std::string& v) { o.seed = (uint64_t)parse_int("--seed", v, 0, (1ll << 62)); }},
+        {"--seed", [&](const std::string& v) { o.seed = (uint64_t)parse_int("--seed", v, 0, UINT32_MAX); }},  // llm.c's 32-bit generators
     };
     for (int a = 1; a < argc; a++) {
         const std::string flag = argv[a];

@@ -14,7 +14,7 @@
 // the seed (llmc/torch_rng.h) draws, at the start of every epoch, a permutation of the shard order (applied to
 // the previous epoch's shard order, as llm.c does), and, whenever a shard is reached, a fresh permutation of its
 // batches. So --seed 42 reads llm.c's batches in llm.c's order, and the order is the same on every machine.
-
+//
 // The position is three integers (epoch, shard_pos, batch_pos): "the next batch is the batch_pos-th batch in
 // this epoch's order of the shard_pos-th shard in this epoch's shard order". state() returns it (plus the
 // settings it is only valid for), restore() puts it back (replaying the stream from the seed up to that

@@ -426,6 +426,7 @@ TEST_CASE("model: clear errors") {
         CHECK_THROWS_WITH_AS(parse({"--attention", "fast"}), doctest::Contains("naive or flash"), Error);
         CHECK_THROWS_WITH_AS(parse({"--bogus", "1"}), doctest::Contains("unknown flag"), Error);
         CHECK_THROWS_WITH_AS(parse({"-l"}), doctest::Contains("missing value"), Error);
+        CHECK_THROWS_WITH_AS(parse({"--seed", "4294967296"}), doctest::Contains("--seed"), Error);  // 32-bit streams
         CHECK_THROWS_WITH_AS(config_from_depth("d13"), doctest::Contains("d13"), Error);  // -e is checked at use
         CHECK(!config_from_depth("model.bin"));  // not dN: a checkpoint path
         CHECK(config_from_depth("d12")->channels == 768);
