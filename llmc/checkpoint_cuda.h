@@ -4,7 +4,7 @@
 //   <dir>/model_<step>.bin   llm.c model file (llmc/checkpoint.h): version 5 = the bf16 weights the BF16 build
 //                            computes with, version 3 = fp32 (FP32 build). Any llm.c tool can read it.
 //   <dir>/state_<step>.bin   everything else a resume needs (one GPU), in this format:
-//       header 256 x int64: [0] magic 20261129  [1] version 1  [2] step (optimizer steps done)
+//       header 256 x int64: [0] magic 20261129  [1] version 2  [2] step (optimizer steps done)
 //                           [3] num_parameters  [4] 1 if fp32 master weights follow  [5] sampling RNG state
 //                           [6] B  [7] T  [8] total batch tokens  [9] seed
 //                           [10..17] DataLoaderState: epoch shard_pos batch_pos seed shuffle B T num_shards
@@ -37,7 +37,9 @@
 namespace flashgpt2 {
 
 constexpr int64_t STATE_MAGIC = 20261129;  // the date this format was defined
-constexpr int64_t STATE_VERSION = 1;
+// Version 2: the loader position ([10..17]) indexes llm.c's shuffle order (llmc/dataloader.h). Version-1 files
+// index the order this project drew before 2026-11-29 (same layout, other batches): refused, not misread.
+constexpr int64_t STATE_VERSION = 2;
 constexpr int STATE_HEADER_WORDS = 256;
 
 // What a resume restores besides the weights and the optimizer moments.
@@ -125,6 +127,9 @@ inline TrainState load_state_file(const std::string& path, GPT2Model& model) {
     if (data.size() < sizeof h) fail("%s: truncated state file (%zu bytes)", path.c_str(), data.size());
     memcpy(h, data.data(), sizeof h);
     if (h[0] != STATE_MAGIC) fail("%s: bad magic %lld (expected %lld): not a flashgpt2 state file", path.c_str(), (long long)h[0], (long long)STATE_MAGIC);
+    if (h[1] == 1)
+        fail("%s: state version 1 counts batches in the data order used before 2026-11-29 (now llm.c's): resuming it "
+             "would read other batches; start a new run", path.c_str());
     if (h[1] != STATE_VERSION) fail("%s: unsupported state version %lld (expected %lld)", path.c_str(), (long long)h[1], (long long)STATE_VERSION);
     const size_t n = model.shard_params();
     const GPT2Config c{(int)h[18], (int)h[19], (int)h[20], (int)h[21], (int)h[22], (int)h[23]};
