@@ -201,6 +201,10 @@ r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 nf-layers: build/train_gpt2cu_bf16 data
 	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
 
+# distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/distributed.md and the README table (~2 min on 2 H200s)
+distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
+	OUT=log/distributed bash scripts/gpu.d/60_distributed.sh
+
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda
 
@@ -212,4 +216,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread nf-layers all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread nf-layers distributed all clean help

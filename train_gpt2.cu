@@ -319,14 +319,15 @@ inline TrainResult train(const TrainOptions& o) {
     Logger log(dist.is_main() ? (std::filesystem::path(o.out_dir) / "main.log").string() : "", o.resume);
 
     const double fpt = flops_per_token(cfg, o.T);
+    const double peak = PEAK_FLOPS * dist.world;  // tok/s counts every GPU's tokens, so MFU is against all of them
     if (!quiet) {
         printf("device: %s (%.1f GiB), precision %s, kernels: %s\n", prop.name, gib(prop.totalGlobalMem),
                PRECISION_NAME, o.kernels.str().c_str());
         if (dist.active())
             printf("data parallel: %d GPU(s), NCCL %s, ZeRO-1: %zu optimizer parameters per GPU\n", dist.world,
                    dist.world == 1 ? "1-rank communicator" : "reduce-scatter + all-gather", model.shard_size);
-        printf("model: %s, %zu parameters, %.1f MFLOP per token; MFU against %s\n", config_str(cfg).c_str(),
-               model.num_params, fpt / 1e6, PEAK_NAME);
+        printf("model: %s, %zu parameters, %.1f MFLOP per token; MFU against %s%s\n", config_str(cfg).c_str(),
+               model.num_params, fpt / 1e6, PEAK_NAME, dist.world > 1 ? " per GPU" : "");
         printf("batch: B=%d T=%d, %d micro-batch(es) per step x %d GPU(s) = %d tokens; train: %zu batches per epoch",
                o.B, o.T, grad_accum, dist.world, tokens_per_step, train_loader.num_batches());
         if (val_loader)
@@ -383,14 +384,14 @@ inline TrainResult train(const TrainOptions& o) {
         log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s);
         if (!quiet)
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n", step + 1,
-                   o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / PEAK_FLOPS, tok_s);
+                   o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s);
         fflush(stdout);
     }
     res.allocated = model.mem.allocated;
     if (timed_steps > 0) {
         res.mean_ms = timed_ms / timed_steps;
         res.tok_per_s = tokens_per_step / (res.mean_ms / 1e3);
-        res.mfu = fpt * res.tok_per_s / PEAK_FLOPS;
+        res.mfu = fpt * res.tok_per_s / peak;
     }
     if (!quiet && timed_steps > 0)
         printf("summary: kernels %s B=%d T=%d | mean %.2f ms/step over %d steps (first step excluded) | %.0f tok/s | "

@@ -328,11 +328,7 @@ inline void attention_backward_dkdv_launch(floatX* dqkv, const floatX* dout, con
                                            const float* D, int B, int T, int NH, cudaStream_t stream) {
     auto kernel = attention_backward_dkdv_kernel<64, NW>;
     constexpr int smem = fb_dkdv_smem<NW>();
-    static bool configured = false;  // opt in to > 48 KB of dynamic shared memory, once per kernel
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        configured = true;
-    }
+    allow_shared_memory(kernel, smem);
     dim3 grid(ceil_div(T, 16 * NW), B * NH);
     kernel<<<grid, NW * 32, smem, stream>>>(dqkv, dout, qkv, lse, D, T, NH);
     cudaCheckLaunch();
@@ -349,11 +345,7 @@ inline void attention_backward_flash_mma(floatX* dqkv, float* D, const floatX* d
         fail("attention_backward_flash_mma: qkv, dout, out and dqkv must be 16-byte aligned");
     if (B * NH > 65535) fail("attention_backward_flash_mma: B*NH = %d exceeds the grid's y limit 65535", B * NH);
     auto dq_kernel = attention_backward_dq_kernel<64>;
-    static bool configured = false;
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, FB_DQ_SMEM));
-        configured = true;
-    }
+    allow_shared_memory(dq_kernel, FB_DQ_SMEM);
     dim3 grid_q(ceil_div(T, FB_BR), B * NH);
     dq_kernel<<<grid_q, FB_DQ_THREADS, FB_DQ_SMEM, stream>>>(dqkv, D, dout, out, qkv, lse, T, NH);
     cudaCheckLaunch();

@@ -299,12 +299,12 @@ void launch(const AttentionHopperParams& p) {
     if constexpr (L == HopperLoop::pingpong) kernel = attention_forward_hopper_pingpong_kernel<C>;
     else kernel = attention_forward_hopper_overlap_kernel<C>;  // (only the chosen loop is instantiated)
     static int num_sms = 0;
-    if (!num_sms) {  // once per configuration: the SM count, and the opt-in to more than 48 KB of shared memory
+    if (!num_sms) {  // the SM count, asked once
         int dev = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
     }
+    allow_shared_memory(kernel, C::SMEM);
     const int BH = p.B * p.NH, total = ceil_div(p.T, C::BR) * BH;
     const HeadStrides& s = p.in;
     const CUtensorMap mq = hp::make_strided_head_map(p.q, p.B, p.NH, p.T, p.HS, s.b, s.h, s.t, C::BR);

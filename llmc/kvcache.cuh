@@ -83,8 +83,7 @@ inline size_t attention_decode_smem(int HS, int pos) { return (HS + pos + 1) * s
 inline void attention_decode(floatX* out, const KVCache& cache, int l, const floatX* qkv, int pos, int C,
                              cudaStream_t stream) {
     const size_t smem = attention_decode_smem(cache.HS, pos);
-    if (smem > 48 * 1024)  // beyond the default limit (maxT above ~12K positions): opt in to more shared memory
-        cudaCheck(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    allow_shared_memory(attention_decode_kernel, smem);  // beyond 48 KB when maxT is above ~12K positions
     attention_decode_kernel<<<dim3(cache.NH, cache.B), 128, smem, stream>>>(out, cache.k_layer(l), cache.v_layer(l),
                                                                            qkv, pos, cache.maxT, C, cache.NH);
     cudaCheckLaunch();

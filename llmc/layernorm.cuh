@@ -7,7 +7,7 @@
 // flash: one warp per row, the row read from HBM once into shared memory; mean, variance and the output
 //        come from there. residual_layernorm_forward_flash also fuses the residual add before it: the
 //        sum is written out (the residual stream) and normalized in the same pass. The backward is one
-//        kernel too: each warp caches its row, writes dinp, and accumulates dw/db per block; a small second
+//        kernel too: each warp reads its row, writes dinp, and accumulates dw/db per block; a small second
 //        kernel sums the per-block partials in a fixed order (deterministic, no atomics).
 //
 // Shared-memory layout of a warp's row cache: element e of the lane's it-th 16-byte chunk lives at
@@ -128,8 +128,9 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, void*
 // ---------------------------------------------------------------------------------------------------------
 // flash
 
-constexpr int LN_WARPS = 4;              // rows per block (one warp each)
-constexpr int LN_BWD_MAX_BLOCKS = 256;   // backward grid: rows are strided over at most this many blocks
+constexpr int LN_WARPS = 4;              // forward: rows per block (one warp each)
+constexpr int LN_BWD_WARPS = 8;          // backward: warps per block, each taking a row at a time
+constexpr int LN_BWD_MAX_BLOCKS = 512;   // backward grid: rows are strided over at most this many blocks
 
 // Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
@@ -201,7 +202,7 @@ inline void layernorm_forward_flash_launch(floatX* residual_out, floatX* out, fl
         (RESIDUAL && (!aligned16(inp2) || !aligned16(residual_out))))
         fail("layernorm_forward_flash: buffers must be 16-byte aligned");
     auto kernel = layernorm_forward_flash_kernel<RESIDUAL>;
-    if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    allow_shared_memory(kernel, smem);
     kernel<<<ceil_div(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C);
     cudaCheckLaunch();
 }
@@ -218,33 +219,34 @@ inline void residual_layernorm_forward_flash(floatX* residual_out, floatX* out, 
     layernorm_forward_flash_launch<true>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C, stream);
 }
 
-inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_WARPS)); }
+inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_BWD_WARPS)); }
 
 inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
     if (v == Variant::naive) return 2 * ws_round((size_t)N * sizeof(float));
     return 2 * ws_round((size_t)ln_bwd_blocks(N) * C * sizeof(float));
 }
 
-// Each warp takes rows n = warp_global, + G*LN_WARPS, ...; caches norm and dout of its row, writes dinp,
-// and adds dout*norm, dout into its own dw/db accumulators. Then the block sums its warps (fixed order)
-// into partial_dw/partial_db[blockIdx.x] (G, C).
-static __global__ void __launch_bounds__(LN_WARPS * 32)
+// Each warp takes rows n = warp_global, + G*LN_BWD_WARPS, ...: it reads its row's dout and inp, adds
+// dout*norm, dout into its own dw/db accumulators (shared memory) and the row sums s1, s2; then it reads
+// the row again (from L1/L2, not HBM: it was just read) to write dinp. Only the two accumulators live in
+// shared memory (8 KB per warp at C=768), so 4 blocks of 8 warps fit on an SM: enough warps in flight to
+// hide the loads' latency, which is what bounds this kernel. At the end the block sums its warps (fixed
+// order) into partial_dw/partial_db[blockIdx.x] (G, C).
+static __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
                                     int C) {
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slots = ln_row_slots(C), sweeps = ceil_div(C, 32 * X128);
-    float* acc_dw = smem + (size_t)(0 * LN_WARPS + warp) * slots;  // (C) this warp's running dw
-    float* acc_db = smem + (size_t)(1 * LN_WARPS + warp) * slots;  // (C) this warp's running db
-    float* norm_c = smem + (size_t)(2 * LN_WARPS + warp) * slots;  // (C) the current row's norm
-    float* dnorm_c = smem + (size_t)(3 * LN_WARPS + warp) * slots; // (C) the current row's dout * w
+    float* acc_dw = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
+    float* acc_db = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
     for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; }
 
-    for (int n = blockIdx.x * LN_WARPS + warp; n < N; n += gridDim.x * LN_WARPS) {
+    for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
         const size_t row = (size_t)n * C;
         const float m = mean[n], s = rstd[n];
-        float s1 = 0.0f, s2 = 0.0f;
+        float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
         for (int it = 0; it < sweeps; it++) {
             int c = (it * 32 + lane) * X128;
             if (c >= C) break;
@@ -252,8 +254,6 @@ static __global__ void __launch_bounds__(LN_WARPS * 32)
             for (int e = 0; e < X128; e++) {
                 int k = ln_slot(it, e, lane);
                 float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
-                norm_c[k] = norm;
-                dnorm_c[k] = dnorm;
                 acc_dw[k] += gf * norm;
                 acc_db[k] += gf;
                 s1 += dnorm;
@@ -261,13 +261,14 @@ static __global__ void __launch_bounds__(LN_WARPS * 32)
             }
         }
         const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
-        for (int it = 0; it < sweeps; it++) {
+        for (int it = 0; it < sweeps; it++) {  // the second read of the row: cache hits
             int c = (it * 32 + lane) * X128;
             if (c >= C) break;
+            Packed128<floatX> g = load128(dout + row + c), xv = load128(inp + row + c), wv = load128(w + c);
             Packed128<floatX> d = load128(dinp + row + c);
             for (int e = 0; e < X128; e++) {
-                int k = ln_slot(it, e, lane);
-                d[e] = from_float<floatX>(to_float(d[e]) + (dnorm_c[k] - m1 - norm_c[k] * m2) * s);
+                float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
+                d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
             }
             store128(dinp + row + c, d);
         }
@@ -276,25 +277,36 @@ static __global__ void __launch_bounds__(LN_WARPS * 32)
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const int it = c / (32 * X128), lane_c = (c / X128) % 32, e = c % X128, k = ln_slot(it, e, lane_c);
         float sw = 0.0f, sb = 0.0f;
-        for (int wi = 0; wi < LN_WARPS; wi++) {  // fixed order: deterministic
-            sw += smem[(size_t)(0 * LN_WARPS + wi) * slots + k];
-            sb += smem[(size_t)(1 * LN_WARPS + wi) * slots + k];
+        for (int wi = 0; wi < LN_BWD_WARPS; wi++) {  // fixed order: deterministic
+            sw += smem[(size_t)(0 * LN_BWD_WARPS + wi) * slots + k];
+            sb += smem[(size_t)(1 * LN_BWD_WARPS + wi) * slots + k];
         }
         partial_dw[(size_t)blockIdx.x * C + c] = sw;
         partial_db[(size_t)blockIdx.x * C + c] = sb;
     }
 }
 
-// dw[c] += sum over blocks of partial_dw[., c], in block order; the same for db.
-static __global__ void layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partial_dw,
-                                                 const float* partial_db, int G, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+// dw[c] += sum over blocks of partial_dw[., c]; the same for db. A block of 32 x LN_RED_ROWS threads per 32
+// columns: lane -> column (coalesced reads), thread row y sums blocks y, y + LN_RED_ROWS, ..., then row 0
+// adds the LN_RED_ROWS sums in order. Fixed order throughout: deterministic.
+constexpr int LN_RED_ROWS = 16;
+static __global__ void __launch_bounds__(32 * LN_RED_ROWS)
+    layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partial_dw, const float* partial_db, int G,
+                                     int C) {
+    __shared__ float sums[2][LN_RED_ROWS][32];
+    const int lane = threadIdx.x % 32, y = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float sw = 0.0f, sb = 0.0f;
-    for (int g = 0; g < G; g++) {
-        sw += partial_dw[(size_t)g * C + c];
-        sb += partial_db[(size_t)g * C + c];
-    }
+    if (c < C)
+        for (int g = y; g < G; g += LN_RED_ROWS) {
+            sw += partial_dw[(size_t)g * C + c];
+            sb += partial_db[(size_t)g * C + c];
+        }
+    sums[0][y][lane] = sw;
+    sums[1][y][lane] = sb;
+    __syncthreads();  // every row's sums are in shared memory before row 0 adds them
+    if (y != 0 || c >= C) return;
+    sw = 0.0f, sb = 0.0f;
+    for (int r = 0; r < LN_RED_ROWS; r++) { sw += sums[0][r][lane]; sb += sums[1][r][lane]; }
     dw[c] = from_float<floatX>(to_float(dw[c]) + sw);
     db[c] = from_float<floatX>(to_float(db[c]) + sb);
 }
@@ -303,20 +315,19 @@ inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, void*
                                      const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
                                      int C, cudaStream_t stream) {
     const int G = ln_bwd_blocks(N);
-    const size_t smem = (size_t)4 * LN_WARPS * ln_row_slots(C) * sizeof(float);
+    const size_t smem = (size_t)2 * LN_BWD_WARPS * ln_row_slots(C) * sizeof(float);  // acc_dw, acc_db per warp
     ln_check("layernorm_backward_flash", C, smem);
     if (!aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(w))
         fail("layernorm_backward_flash: buffers must be 16-byte aligned");
     WorkspaceCarver carve(ws);
     float* partial_dw = carve.take<float>((size_t)G * C);  // (G, C)
     float* partial_db = carve.take<float>((size_t)G * C);  // (G, C)
-    if (smem > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(layernorm_backward_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-    layernorm_backward_flash_kernel<<<G, LN_WARPS * 32, smem, stream>>>(dinp, partial_dw, partial_db, dout, inp, w,
-                                                                         mean, rstd, N, C);
+    allow_shared_memory(layernorm_backward_flash_kernel, smem);
+    layernorm_backward_flash_kernel<<<G, LN_BWD_WARPS * 32, smem, stream>>>(dinp, partial_dw, partial_db, dout, inp,
+                                                                             w, mean, rstd, N, C);
     cudaCheckLaunch();
-    layernorm_backward_reduce_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, partial_dw, partial_db, G, C);
+    layernorm_backward_reduce_kernel<<<ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream>>>(dw, db, partial_dw, partial_db,
+                                                                                      G, C);
     cudaCheckLaunch();
 }
 

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # GPU step: the trainer's attention BACKWARD (llmc/attention_backward.cuh in the BF16 build), run by
 # scripts/gpu_run.sh after `make cuda`; logs under $OUT.
-#   1. the GPU test of the backward alone (test/gpu/test_attention_backward.cu), FP32 then BF16 build:
-#      T = 1, 2, 37, 64, 65, 257, 200 (12 heads), 1000; dQ, dK, dV against the oracle; bit-identical rerun
-#   2. ./dev/attention/runner bwd: validation at odd T (1, 2, 37, 257, 1000 at HS 64; 257 at HS 128), then
+# (Its GPU test, test/gpu/test_attention_backward.cu, runs with the others in 10_test_gpu.sh.)
+#   1. ./dev/attention/runner bwd: validation at odd T (1, 2, 37, 257, 1000 at HS 64; 257 at HS 128), then
 #      (4,12,1024,64) validated and timed; then (16,12,1024,64) and (64,12,1024,64) validated and timed
 #      (naive, flash, and flash with the 4-warp dK/dV block)
-#   3. compute-sanitizer racecheck + memcheck on one small shape (a shared-memory race or an out-of-bounds
+#   2. compute-sanitizer racecheck + memcheck on one small shape (a shared-memory race or an out-of-bounds
 #      copy names its kernel here)
 # Prints one table: shape, kernel, ms, TFLOP/s (FlashAttention count: bwd = 2.5 x 4·B·H·T²·D/2).
 # Time: not measured yet; expected ~40 s (each part has a timeout).
@@ -16,16 +15,7 @@ status=0
 R=./dev/attention/runner
 [[ -x $R ]] || { echo "$R is missing: see the build log"; exit 1; }
 
-echo "== 1. GPU test: attention backward (flash) =="
-for prec in fp32 bf16; do
-  bin=build/test_gpu_$prec
-  [[ -x $bin ]] || { echo "$bin is missing"; status=1; continue; }
-  timeout 120 "$bin" --source-file='*test_attention_backward.cu' > "$OUT/attention_bwd_test_$prec.txt" 2>&1; rc=$?
-  echo "$bin rc=$rc: $(grep -E 'test cases:' "$OUT/attention_bwd_test_$prec.txt" | tr -s ' ')"
-  [[ $rc == 0 ]] || { status=1; grep -E 'ERROR|CHECK|rel |not deterministic' "$OUT/attention_bwd_test_$prec.txt" | head -30; }
-done
-
-echo "== 2. runner bwd =="
+echo "== 1. runner bwd =="
 run() {  # run LOGNAME ARGS...: one runner call with a timeout; prints its FAIL lines
   local log="$OUT/attention_bwd_$1.log"; shift
   local t0=$(date +%s)
@@ -46,7 +36,7 @@ for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log
     awk -F'|' '{ printf "%-20s %-56s %10s %10s\n", $1, $2, $3, $4 }'
 done
 
-echo "== 3. compute-sanitizer on (1,2,257,64) =="
+echo "== 2. compute-sanitizer on (1,2,257,64) =="
 if [[ -n "${SKIP_SANITIZER:-}" ]]; then
   echo "SKIP_SANITIZER set: skipped"
 elif command -v compute-sanitizer >/dev/null; then

@@ -179,11 +179,7 @@ void forward(const AttnFwdParams& p) {
     const int BNH = p.B * p.NH;
     float* m_hbm = (float*)p.workspace;       // (B, NH, T)
     float* l_hbm = m_hbm + (size_t)BNH * p.T;  // (B, NH, T)
-    static const bool smem_ok = [] {          // opt in to more than 48 KB of dynamic shared memory, once
-        cudaCheck(cudaFuncSetAttribute(flash1_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Smem<HS>::bytes));
-        return true;
-    }();
-    (void)smem_ok;
+    allow_shared_memory(flash1_kernel<HS>, Smem<HS>::bytes);
     flash1_kernel<HS><<<BNH, kThreads, Smem<HS>::bytes, p.stream>>>((float*)p.o, p.lse, m_hbm, l_hbm, (const float*)p.q,
                                                                    (const float*)p.k, (const float*)p.v, p.T,
                                                                    1.f / sqrtf((float)HS));

@@ -98,11 +98,7 @@ flash2_kernel(float* O, float* lse, const float* Q, const float* K, const float*
 
 template <int HS>
 void forward(const AttnFwdParams& p) {
-    static const bool smem_ok = [] {  // opt in to more than 48 KB of dynamic shared memory, once
-        cudaCheck(cudaFuncSetAttribute(flash2_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Smem<HS>::bytes));
-        return true;
-    }();
-    (void)smem_ok;
+    allow_shared_memory(flash2_kernel<HS>, Smem<HS>::bytes);
     const dim3 grid(ceil_div(p.T, Br), p.B * p.NH);
     flash2_kernel<HS><<<grid, kThreads, Smem<HS>::bytes, p.stream>>>((float*)p.o, p.lse, (const float*)p.q,
                                                                     (const float*)p.k, (const float*)p.v, p.T,

@@ -152,11 +152,7 @@ void launch(const AttnFwdParams& p) {
     constexpr int NWARPS = 4, BR = 16 * NWARPS, BC = 64;
     constexpr size_t smem = (size_t)(BR + 2 * BC) * (HS + 8) * sizeof(bf16);  // 27.6 KB (HS 64), 52 KB (128)
     auto kernel = attention_forward_tc_kernel<HS, NWARPS, BC>;
-    static bool configured = false;  // opt in to > 48 KB of dynamic shared memory, once
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        configured = true;
-    }
+    allow_shared_memory(kernel, smem);
     const dim3 grid(ceil_div(p.T, BR), p.B * p.NH);
     kernel<<<grid, NWARPS * 32, smem, p.stream>>>(
         static_cast<const bf16*>(p.q), static_cast<const bf16*>(p.k), static_cast<const bf16*>(p.v),

@@ -185,11 +185,7 @@ void launch(const AttnFwdParams& p) {
     constexpr int BR = 16 * MT * NWARPS;
     constexpr size_t smem = (size_t)(BR + 4 * BC) * HS * sizeof(bf16);
     auto kernel = attention_forward_pipelined_kernel<HS, NWARPS, MT, BC, MINB>;
-    static bool configured = false;  // opt in to > 48 KB of dynamic shared memory, once
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        configured = true;
-    }
+    allow_shared_memory(kernel, smem);
     const dim3 grid(ceil_div(p.T, BR), p.B * p.NH);
     kernel<<<grid, NWARPS * 32, smem, p.stream>>>(
         static_cast<const bf16*>(p.q), static_cast<const bf16*>(p.k), static_cast<const bf16*>(p.v),

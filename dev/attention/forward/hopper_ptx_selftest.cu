@@ -99,7 +99,7 @@ bool run(std::mt19937& rng) {
     const CUtensorMap mq = hp::make_head_map(dq, 1, kRowsQ, HS, kRowsQ);
     const CUtensorMap mk = hp::make_head_map(dk, 1, kTkv, HS, kRowsKV);
     const CUtensorMap mv = hp::make_head_map(dv, 1, kTkv, HS, kRowsKV);
-    cudaCheck(cudaFuncSetAttribute(datapath_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    allow_shared_memory(datapath_kernel<HS>, C::SMEM);
     datapath_kernel<HS><<<1, 128, C::SMEM>>>(mq, mk, mv, ds, dout);
     cudaCheckLaunch();
     cudaCheck(cudaDeviceSynchronize());
