@@ -6,7 +6,8 @@
 # Whole binaries, not one suite at a time: a state shared between test files (a "once" flag set by one .cu
 # file's launch, 2026-11-29) only shows when they run in one process, as `make test-gpu` runs them.
 # When a binary fails it is run once more under compute-sanitizer memcheck (at most 5 minutes), so that an
-# out-of-bounds access names its kernel: $OUT/sanitizer_<prec>.txt. Wall time: FP32 48 s on the H200 (2026-11-29).
+# out-of-bounds access names its kernel: $OUT/sanitizer_<prec>.txt. Wall time on the H200 (2026-11-29): 86-97 s,
+# about half each build.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}   # the 124M oracle runs on the CPU (Eigen, OpenMP)

@@ -8,7 +8,7 @@
 #   2. compute-sanitizer racecheck + memcheck on one small shape (a shared-memory race or an out-of-bounds
 #      copy names its kernel here)
 # Prints one table: shape, kernel, ms, TFLOP/s (FlashAttention count: bwd = 2.5 x 4·B·H·T²·D/2).
-# Time: not measured yet; expected ~40 s (each part has a timeout).
+# Time: 27 s on the H200 (2026-11-29; each part has a timeout).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 status=0
