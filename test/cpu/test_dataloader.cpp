@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/dataloader.h"
+#include "llmc/torch_rng.h"
 #include "test/cpu/data_helpers.h"
 
 using namespace flashgpt2;
@@ -132,10 +133,9 @@ TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") 
 
     // The order is llm.c's: one MT19937 stream from the seed; per epoch a Fisher-Yates permutation (from the
     // top, j = output % (i + 1)) of the previous shard order, then one of each shard's batches as it is reached.
+    // (torch_permute is checked against the Fisher-Yates rule itself in test_train_utils.cpp)
     std::mt19937 g(static_cast<uint32_t>(seed));
-    auto permute = [&](std::vector<size_t>& p) {
-        for (size_t i = p.size() - 1; i >= 1; i--) std::swap(p[i], p[g() % (i + 1)]);
-    };
+    auto permute = [&](std::vector<size_t>& p) { torch_permute(p, g); };
     const size_t batches[3] = {20, 15, 9}, first[3] = {0, 20, 35};  // per shard, and its offset in `ordered`
     std::vector<size_t> shards = {0, 1, 2};
     std::vector<std::vector<int>> want;
