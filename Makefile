@@ -167,6 +167,10 @@ bench-attention: dev/attention/runner
 	./dev/attention/runner bench $(if $(ANCHORS),--anchors $(ANCHORS)) --out doc
 	bash scripts/readme_table.sh doc/attention_forward.md attention-forward
 
+# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/attention_backward.md and the README table (~40 s on an H200)
+bench-attention-bwd: dev/attention/runner
+	OUT=log/bench-attention-bwd bash scripts/gpu.d/22_attention_backward.sh
+
 # ---------------------------------------------------------------------------------------------------------
 # The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
 # 20 warm-up steps, cosine to 10%, wd 0.1, clip 1.0, 250 steps, val every 10), log and final checkpoint in log/.
@@ -216,4 +220,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention train compare bench-train r1-spread nf-layers distributed all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers distributed all clean help

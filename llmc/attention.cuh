@@ -8,8 +8,9 @@
 //        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16: the softmax
 //        amplifies S's rounding and dP - rowsum(P dP) cancels, so those gradients are noisier than the flash
 //        ones, and a naive and a flash training run drift apart: doc/kernels.md.)
-// flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; the BF16 forward on an
-//        H100/H200 is attention_hopper.cuh, the dev ladder's rung 8): S and P live only in
+// flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; on an H100/H200 the BF16 forward
+//        is attention_hopper.cuh, the dev ladder's rung 8, and the backward attention_backward_hopper.cuh;
+//        elsewhere the backward is attention_backward.cuh, on mma.sync): S and P live only in
 //        registers/shared memory, one tile at a time; the forward saves lse = log sum exp of each row
 //        (B,NH,T); the backward recomputes P = exp(S - lse) tile by tile (FlashAttention-2).
 //        Q, K, V are read straight from qkv by strides and out is written as (B,T,NH,HS): no permutes.
@@ -28,6 +29,7 @@
 #include "llmc/attention_flash_mma.cuh"
 #include "llmc/attention_hopper.cuh"
 #include "llmc/attention_backward.cuh"
+#include "llmc/attention_backward_hopper.cuh"
 #endif
 
 namespace flashgpt2 {
@@ -240,6 +242,19 @@ inline bool attention_forward_uses_hopper(int HS, const void* qkv, const void* o
 #endif
 }
 
+// The backward's first choice, by the same rule: the Hopper wgmma backward (attention_backward_hopper.cuh),
+// head size 64 only; then the mma.sync one.
+inline bool attention_backward_uses_hopper(int HS, const void* qkv, const void* out, const void* dout,
+                                           const void* dqkv, bool force_scalar) {
+#if !defined(ENABLE_FP32)
+    return HS == 64 && attention_forward_uses_hopper(HS, qkv, out, force_scalar, true) && aligned16(dout) &&
+           aligned16(dqkv) && attention_backward_hopper_supports(HS);
+#else
+    (void)HS, (void)qkv, (void)out, (void)dout, (void)dqkv, (void)force_scalar;
+    return false;
+#endif
+}
+
 inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
                                     cudaStream_t stream, bool force_scalar = false, bool allow_hopper = true) {
     attention_check_shape(Variant::flash, C, NH);
@@ -267,7 +282,10 @@ inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout,
     const int HS = C / NH;
     float* D = WorkspaceCarver(ws).take<float>((size_t)B * NH * T);  // (B,NH,T) rowsum(dO * O)
 #if !defined(ENABLE_FP32)
-    if (attention_flash_uses_mma(HS, force_scalar))  // computes D itself, fused into its dQ kernel
+    // both compute D themselves, fused into their dQ kernel
+    if (attention_backward_uses_hopper(HS, qkv, out, dout, dqkv, force_scalar))
+        return attention_backward_flash_hopper(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    if (attention_flash_uses_mma(HS, force_scalar))
         return attention_backward_flash_mma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 #endif
     attention_flash_backward_preprocess(D, dout, out, B, T, NH, HS, stream);

@@ -130,7 +130,7 @@ inline void print_kernel_registry(FILE* f) {
          "attention_{forward,backward}_flash",
          "tiled online softmax, S and P never leave the chip, saves lse (B,NH,T); backward recomputes P "
          "from lse (FA2); bf16 build on Hopper: forward = the ladder's top rung (wgmma + TMA, ping-pong), "
-         "backward = mma.sync; elsewhere mma.sync / fp32 tiles"},
+         "backward = the same two kernels on wgmma; elsewhere mma.sync / fp32 tiles"},
         {"gelu", "gelu_{forward,backward}_naive", "its own elementwise kernel (tanh approximation)",
          "gelu_{forward,backward}_flash",
          "fused into the matmul epilogue (cuBLASLt GELU_AUX / DGELU) when the matmul is flash; else a "

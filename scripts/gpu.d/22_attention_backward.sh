@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# GPU step: the trainer's attention BACKWARD (llmc/attention_backward.cuh in the BF16 build), run by
-# scripts/gpu_run.sh after `make cuda`; logs under $OUT.
-# (Its GPU test, test/gpu/test_attention_backward.cu, runs with the others in 10_test_gpu.sh.)
+# GPU step: the trainer's attention BACKWARD (BF16 build: llmc/attention_backward_hopper.cuh on an H100/H200,
+# llmc/attention_backward.cuh on mma.sync before it), run by scripts/gpu_run.sh after `make cuda`; logs under
+# $OUT. (Its GPU test, test/gpu/test_attention_backward.cu, runs with the others in 10_test_gpu.sh.)
 #   1. ./dev/attention/runner bwd: validation at odd T (1, 2, 37, 257, 1000 at HS 64; 257 at HS 128), then
 #      (4,12,1024,64) validated and timed; then (16,12,1024,64) and (64,12,1024,64) validated and timed
-#      (naive, flash, and flash with the 4-warp dK/dV block)
-#   2. compute-sanitizer racecheck + memcheck on one small shape (a shared-memory race or an out-of-bounds
+#      (naive; the trainer's flash; the other flash kernels: runner_bwd.cuh lists them)
+#   2. PyTorch's SDPA backends in the same session (sdpa_bench.py, when staged): cuDNN's and FA2's backward
+#   3. compute-sanitizer racecheck + memcheck on one small shape (a shared-memory race or an out-of-bounds
 #      copy names its kernel here)
-# Prints one table: shape, kernel, ms, TFLOP/s (FlashAttention count: bwd = 2.5 x 4·B·H·T²·D/2).
-# Time: 27 s on the H200 (2026-11-29; each part has a timeout).
+# Prints one table: shape, kernel, ms, TFLOP/s (FlashAttention count: bwd = 2.5 x 4·B·H·T²·D/2), and writes
+# it with the anchors to doc/attention_backward.md, spliced into README.md (marker attention-backward).
+# Time: 41 s on the H200 (2026-11-29; each part has a timeout).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 status=0
@@ -29,14 +31,50 @@ run default
 run 16x12x1024x64 16 12 1024 64
 run 64x12x1024x64 64 12 1024 64
 echo
-printf '%-20s %-56s %10s %10s\n' shape kernel ms TFLOP/s
+printf '%-20s %-70s %10s %10s\n' shape kernel ms TFLOP/s
 for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log "$OUT"/attention_bwd_64x12x1024x64.log; do
   # "  time <kernel...> (B,H,T,D): X ms  Y TFLOP/s ..."
   sed -n 's/^  time \(.*\) \((.*)\): \([0-9.]*\) ms  \([0-9.]*\) TFLOP\/s.*/\2|\1|\3|\4/p' "$f" 2>/dev/null |
-    awk -F'|' '{ printf "%-20s %-56s %10s %10s\n", $1, $2, $3, $4 }'
+    awk -F'|' '{ printf "%-20s %-70s %10s %10s\n", $1, $2, $3, $4 }'
 done
 
-echo "== 2. compute-sanitizer on (1,2,257,64) =="
+echo "== 2. anchors: sdpa_bench.py =="
+anchors=$(ls .gpu-carry/anchors/sdpa_bench.py ../shared/anchors/sdpa_bench.py 2>/dev/null | head -n 1)
+if [[ -n $anchors ]] && python3 -c "import torch" 2>/dev/null; then
+  timeout 300 python3 "$anchors" > "$OUT/sdpa.log" 2>&1 || echo "sdpa_bench.py failed (rc=$?)"
+  grep -E '^ *\(64, 12, 1024, 64\) +(flash|cudnn) ' "$OUT/sdpa.log"
+else
+  echo "no sdpa_bench.py (.gpu-carry/anchors or ../shared/anchors) or no PyTorch: no anchors"
+fi
+# sdpa.log line: "(B, H, T, D)  backend  fwd-ms fwd-TFLOP/s bwd-ms bwd-TFLOP/s ..." -> bwd TFLOP/s of a backend
+anchor_bwd() { awk -v be="$1" '$0 ~ /^ *\(64, 12, 1024, 64\)/ && $5 == be { print $9 }' "$OUT/sdpa.log" 2>/dev/null; }
+{
+  echo "Causal, bf16, FLOPs = 2.5 × the forward's 4·B·H·T²·D/2. Card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+       "· $(date -u '+%Y-%m-%d %H:%M UTC') · \`bash scripts/gpu.d/22_attention_backward.sh\` (run by scripts/gpu_run.sh)." \
+       "Every kernel validated against the oracle first; median of many runs, L2 flushed."
+  echo
+  echo "| shape | kernel | ms | TFLOP/s |"
+  echo "|---|---|--:|--:|"
+  for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log "$OUT"/attention_bwd_64x12x1024x64.log; do
+    sed -n 's/^  time \(.*\) \((.*)\): \([0-9.]*\) ms  \([0-9.]*\) TFLOP\/s.*/| \2 | \1 | \3 | \4 |/p' "$f" 2>/dev/null
+  done
+  cud=$(anchor_bwd cudnn) fa2=$(anchor_bwd flash)
+  ours=$(sed -n 's/^  time attention_backward_flash (.*) (64,12,1024,64): [0-9.]* ms  \([0-9.]*\) TFLOP\/s.*/\1/p' \
+         "$OUT"/attention_bwd_64x12x1024x64.log 2>/dev/null)
+  if [[ -n "$cud" && -n "$fa2" && -n "$ours" ]]; then
+    echo
+    echo "Same session, sdpa_bench.py at (64,12,1024,64): cuDNN's backward $cud TFLOP/s, PyTorch's FlashAttention-2 $fa2." \
+         "The trainer's flash backward: $ours TFLOP/s = $(awk -v a="$ours" -v b="$cud" 'BEGIN { printf "%.2f", a / b }')× cuDNN," \
+         "$(awk -v a="$ours" -v b="$fa2" 'BEGIN { printf "%.2f", a / b }')× FA2."
+  fi
+} > "$OUT/attention_backward.md"
+if [[ $status == 0 ]]; then
+  cp "$OUT/attention_backward.md" doc/attention_backward.md && bash scripts/readme_table.sh doc/attention_backward.md attention-backward
+else
+  echo "a runner check failed: doc/attention_backward.md and README.md left as they were"
+fi
+
+echo "== 3. compute-sanitizer on (1,2,257,64) =="
 if [[ -n "${SKIP_SANITIZER:-}" ]]; then
   echo "SKIP_SANITIZER set: skipped"
 elif command -v compute-sanitizer >/dev/null; then

@@ -1,10 +1,15 @@
-// The flash attention backward on its own (llmc/attention_backward.cuh in the BF16 build, the fp32-arithmetic
-// kernels of attention_flash.cuh in the FP32 build), against ref::attention_backward in double and DESIGN.md's
+// The flash attention backward on its own (BF16 build: llmc/attention_backward_hopper.cuh on an H100/H200,
+// llmc/attention_backward.cuh elsewhere; the fp32-arithmetic kernels of attention_flash.cuh in the FP32 build), against ref::attention_backward in double and DESIGN.md's
 // rule (gpu_check.h). Its inputs are the oracle's own forward results, out rounded to floatX and lse, so
 // a forward error cannot hide or cause a backward one. Head size 64 (the tensor-core path), T = 1, 2, a
 // multiple of no tile, exactly one and just over one 64-row tile, several tiles, 1000; dQ, dK and dV are
 // judged separately (a bug in one cannot hide behind the other two), then the backward runs again and
-// must give the same bits (no atomics). In the BF16 build both dK/dV block shapes (4 and 8 warps) run.
+// must give the same bits (no atomics). In the BF16 build every bf16 flash backward the card runs is checked:
+// the trainer's, then the mma.sync kernels with both dK/dV blocks (8 and 4 warps) and, on an H100/H200, the
+// wgmma kernels with the dK/dV block the trainer does not use (2 warpgroups).
+#include <functional>
+#include <utility>
+
 #include "gpu_check.h"
 
 #include "llmc/ref/ref.h"
@@ -76,19 +81,24 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
 
         // flash, from the oracle's out (rounded to floatX, as a forward would store it) and lse
         put(d_out, rounded_x(out_ref)), put(d_lse, lse_ref);
-        const int variants = BF16_BUILD ? 2 : 1;  // BF16: the trainer's dK/dV block (8 warps), then 4 warps
-        for (int v = 0; v < variants; v++) {
-            const std::string name = tag + (v == 1 ? " (dK/dV block of 4 warps)" : "");
+        std::vector<std::pair<std::string, std::function<void()>>> kernels = {
+            {tag, [&] { attention_backward(flash, d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0); }}};
+#if !defined(ENABLE_FP32)
+        float* D = WorkspaceCarver(ws).take<float>((size_t)BH * T);
+        for (int w : {8, 4})
+            kernels.push_back({tag + " (mma.sync, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
+                attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
+            }});
+        if (attention_backward_hopper_supports(C / NH))
+            kernels.push_back({tag + " (wgmma, dK/dV block of 2 warpgroups)", [&, D] {
+                attention_backward_flash_hopper(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, 2);
+            }});
+#endif
+        for (const auto& named : kernels) {
+            const std::string& name = named.first;
             auto run = [&] {
                 d_dqkv.poison();
-#if !defined(ENABLE_FP32)
-                if (v == 1) {
-                    float* D = WorkspaceCarver(ws).take<float>((size_t)BH * T);
-                    attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, 4);
-                    return;
-                }
-#endif
-                attention_backward(flash, d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+                named.second();
             };
             run();
             const auto dqkv_flash = get(d_dqkv);

@@ -4,10 +4,13 @@
 // Per shape: fresh random qkv and dout (uniform in [-1, 1) + 0.3, rounded to bf16); llmc's forwards make
 // what each backward needs (naive: P; flash: out, lse), dqkv is poisoned with NaN, each backward runs, and
 // dQ, dK, dV are compared with the CPU oracle (llmc/ref/attention.h in double) on a subset of heads (all of
-// them on small shapes). The naive bf16 backward is the baseline of the bf16 rule; the flash backward must
-// also be bit-identical on a second run (deterministic: no atomics). Then both are timed (CUDA events,
-// warm-up, median, L2 flushed), the flash one also with its other dK/dV block shape (4 warps), and scored
-// with the FlashAttention count for the backward: 2.5x the forward's 4·B·H·T²·D/2.
+// them on small shapes). The naive bf16 backward is the baseline of the bf16 rule; the trainer's flash
+// backward (llmc/attention.cuh picks it: on an H100/H200 the wgmma one, attention_backward_hopper.cuh) must
+// also be bit-identical on a second run (deterministic: no atomics). The other bf16 flash backwards this card
+// runs are validated the same way: the wgmma one with its other dK/dV block (2 warpgroups), and the previous
+// step, the mma.sync one (attention_backward.cuh) with both of its blocks (8 and 4 warps). Then all are timed
+// (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward: 2.5x
+// the forward's 4·B·H·T²·D/2.
 // No shape: odd shapes T = 1, 2, 37, 257, 1000 at HS 64 (and 257 at HS 128, the fp32-arithmetic fallback)
 // are validated, then (4,12,1024,64) is validated and timed.
 // Included by runner.cu after its helpers (Shape, DeviceBuffer, parse_int, card_name, kPeakBf16).
@@ -24,8 +27,14 @@ inline double attention_backward_flops(int B, int NH, int T, int HS) {
 
 // The oracle on heads `heads` (b·NH + h): packed as the heads of one batch row, so ref's loop over heads runs
 // them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only.
+// Also `o_err`, per tensor, the error the flash backward inherits from its input O: it forms D_i = rowsum(dO_i
+// * O_i) from o_used, the forward's stored bf16 output (B, T, NH, HS), not from the exact O (FlashAttention-2
+// does the same; the naive backward sums P * dP instead). dS_ij then moves by -P_ij dD_i, so dQ_i moves by
+// -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the bf16 rule's
+// atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
 void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                     const std::vector<int>& heads, std::vector<double> (&d)[3]) {
+                     const std::vector<float>& o_used, const std::vector<int>& heads, std::vector<double> (&d)[3],
+                     double (&o_err)[3]) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = s.NH * s.HS, Cn = n * HS;
     std::vector<double> q3((size_t)T * 3 * Cn), o((size_t)T * Cn), dO((size_t)T * Cn), dq3((size_t)T * 3 * Cn, 0.0);
     std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T), dpre((size_t)n * T * T, 0.0),
@@ -47,6 +56,30 @@ void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::v
             for (int x = 0; x < HS; x++)
                 for (int w = 0; w < 3; w++)
                     d[w][((size_t)heads[hh] * T + t) * HS + x] = dq3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x];
+
+    const double scale = 1.0 / std::sqrt((double)HS);
+    o_err[0] = o_err[1] = o_err[2] = 0.0;
+    std::vector<double> dD(T), ddk((size_t)T * HS);
+    for (int hh = 0; hh < n; hh++) {
+        const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
+        const double* P = att.data() + (size_t)hh * T * T;  // (T, T), row i = query
+        const auto q = [&](int t, int w, int x) { return q3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x]; };
+        for (int i = 0; i < T; i++) {
+            dD[i] = 0.0;
+            for (int x = 0; x < HS; x++)
+                dD[i] += dO[(size_t)i * Cn + hh * HS + x] *
+                         (o_used[((size_t)b * T + i) * C + h * HS + x] - o[(size_t)i * Cn + hh * HS + x]);
+        }
+        std::fill(ddk.begin(), ddk.end(), 0.0);
+        for (int i = 0; i < T; i++)
+            for (int x = 0; x < HS; x++) {
+                double pk = 0.0;  // sum_j P_ij K_j
+                for (int j = 0; j <= i; j++) pk += P[(size_t)i * T + j] * q(j, 1, x);
+                o_err[0] = std::max(o_err[0], std::abs(scale * dD[i] * pk));
+                for (int j = 0; j <= i; j++) ddk[(size_t)j * HS + x] += P[(size_t)i * T + j] * dD[i] * q(i, 0, x);
+            }
+        for (double v : ddk) o_err[1] = std::max(o_err[1], std::abs(scale * v));
+    }
 }
 
 // dqkv (B, T, 3, NH, HS) bf16 on the device -> dq, dk, dv as float in (B, NH, T, HS) order.
@@ -87,10 +120,8 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     std::vector<float> qkv(3 * btc), dout(btc);
     for (float& f : qkv) f = harness::round_bf16(uni(rng) + 0.3f);
     for (float& f : dout) f = harness::round_bf16(uni(rng) + 0.3f);
-    std::vector<double> ref[3];
-    oracle_backward(s, qkv, dout, heads, ref);
-    std::vector<double> ref_cat;  // dq | dk | dv, for T = 1 (see `check` below)
-    for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
+    std::vector<double> ref[3], ref_cat;  // ref_cat: dq | dk | dv, for T = 1 (see `check` below)
+    double o_err[3];                      // filled by the oracle, after the flash forward below has run
 
     DeviceBuffer d_qkv(3 * btc * 2, "qkv"), d_dout(btc * 2, "dout"), d_out(btc * 2, "out"), d_dqkv(3 * btc * 2, "dqkv");
     DeviceBuffer d_lse((size_t)BH * s.T * 4, "lse"), d_att((size_t)BH * s.T * s.T * 2, "P (naive)");
@@ -109,16 +140,26 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     const auto naive_bwd = [&] {
         attention_backward_naive(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_att.p, s.B, s.T, C, s.NH, stream);
     };
-    const auto flash_bwd = [&](int dkdv_warps) {
-        if (dkdv_warps == 0 || !attention_flash_uses_mma(s.HS, false)) {
-            attention_backward_flash(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_out.p, (const float*)d_lse.p, s.B, s.T,
-                                     C, s.NH, stream);
-        } else {
-            float* D = WorkspaceCarver(ws.p).take<float>((size_t)BH * s.T);
-            attention_backward_flash_mma(dqkvp, D, doutp, qkvp, (const floatX*)d_out.p, (const float*)d_lse.p, s.B,
-                                         s.T, s.NH, s.HS, stream, dkdv_warps);
-        }
+    const auto flash_bwd = [&] {  // the trainer's: attention_backward_flash picks the kernel
+        attention_backward_flash(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_out.p, (const float*)d_lse.p, s.B, s.T,
+                                 C, s.NH, stream);
     };
+    // The other bf16 flash backwards this card runs, each validated too, so that every timing below is of a
+    // checked kernel: the Hopper one with its other dK/dV block, and the mma.sync one (the previous step) with
+    // both of its blocks.
+    std::vector<std::pair<std::string, std::function<void()>>> others;
+    float* D = WorkspaceCarver(ws.p).take<float>((size_t)BH * s.T);
+    const auto* outp = (const floatX*)d_out.p;
+    const auto* lsep = (const float*)d_lse.p;
+    if (attention_backward_hopper_supports(s.HS))
+        others.push_back({"attention_backward_flash_hopper (bf16, dK/dV block of 2 warpgroups)", [&, D] {
+            attention_backward_flash_hopper(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream, 2);
+        }});
+    if (attention_flash_uses_mma(s.HS, false))
+        for (int w : {8, 4})
+            others.push_back({"attention_backward_flash_mma (bf16, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
+                attention_backward_flash_mma(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream, w);
+            }});
     const auto check = [&](const std::string& what, const std::function<void()>& run, harness::Rule rule,
                            const std::vector<Compared>* baseline) {
         harness::poison(d_dqkv.p, 3 * btc * 2, stream);
@@ -130,9 +171,9 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
         std::vector<harness::TensorCheck> checks;
         const char* names[3] = {"dq", "dk", "dv"};
         if (s.T > 1) {
-            for (int w = 0; w < 3; w++) checks.push_back({names[w], std::move(got[w]), ref[w].data(), ranges});
+            for (int w = 0; w < 3; w++) checks.push_back({names[w], std::move(got[w]), ref[w].data(), ranges, true, o_err[w]});
         } else {  // T = 1: exact dQ = dK = 0 (P = 1, dS = 0), so judge dq|dk|dv as one tensor (atol from |dv|)
-            harness::TensorCheck all{"dqkv", {}, ref_cat.data(), {}};
+            harness::TensorCheck all{"dqkv", {}, ref_cat.data(), {}, true, std::max(o_err[0], o_err[1])};
             for (int w = 0; w < 3; w++) {
                 all.got.insert(all.got.end(), got[w].begin(), got[w].end());
                 for (const Range& r : ranges) all.ranges.push_back({r.first + w * btc, r.second + w * btc});
@@ -147,24 +188,30 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     // the forwards that make the backwards' inputs: naive -> P (B,NH,T,T); flash -> out, lse
     attention_forward_naive((floatX*)d_out.p, (floatX*)d_att.p, ws.p, qkvp, s.B, s.T, C, s.NH, stream);
     attention_forward_flash((floatX*)d_out.p, (float*)d_lse.p, qkvp, s.B, s.T, C, s.NH, stream);
+    {
+        std::vector<uint16_t> bits(btc);
+        cudaCheck(cudaMemcpy(bits.data(), d_out.p, btc * 2, cudaMemcpyDeviceToHost));
+        std::vector<float> o_used(btc);
+        for (size_t e = 0; e < btc; e++) o_used[e] = harness::bf16_to_float(bits[e]);
+        oracle_backward(s, qkv, dout, o_used, heads, ref, o_err);
+        for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
+    }
     const harness::Verdict base = check("attention_backward_naive (bf16)", naive_bwd, harness::Rule::Bf16Baseline, nullptr);
-    const harness::Verdict fl = check("attention_backward_flash (bf16)", [&] { flash_bwd(0); }, harness::Rule::Bf16,
-                                      &base.tensors);
+    const std::string picked = attention_backward_uses_hopper(s.HS, qkvp, outp, doutp, dqkvp, false) ? "hopper"
+                               : attention_flash_uses_mma(s.HS, false)                               ? "mma"
+                                                                                                     : "scalar";
+    const std::string flash_name = "attention_backward_flash (bf16, " + picked + ")";
+    const harness::Verdict fl = check(flash_name, flash_bwd, harness::Rule::Bf16, &base.tensors);
     std::vector<unsigned char> first(3 * btc * 2), again(3 * btc * 2);
     cudaCheck(cudaMemcpy(first.data(), d_dqkv.p, first.size(), cudaMemcpyDeviceToHost));
-    flash_bwd(0);
+    flash_bwd();
     cudaCheck(cudaStreamSynchronize(stream));
     cudaCheck(cudaMemcpy(again.data(), d_dqkv.p, again.size(), cudaMemcpyDeviceToHost));
     const bool same = first == again;
-    printf("  attention_backward_flash (bf16) %s: second run %s\n", s.str().c_str(),
+    printf("  %s %s: second run %s\n", flash_name.c_str(), s.str().c_str(),
            same ? "bit-identical: PASS" : "DIFFERS: FAIL (not deterministic)");
     bool ok = base.ok && fl.ok && same;
-    const bool mma = attention_flash_uses_mma(s.HS, false);
-    if (mma) {  // the other dK/dV block shape, so the timing comparison below is between validated kernels
-        const harness::Verdict f4 = check("attention_backward_flash_mma (bf16, dK/dV block of 4 warps)",
-                                          [&] { flash_bwd(4); }, harness::Rule::Bf16, &base.tensors);
-        ok = ok && f4.ok;
-    }
+    for (const auto& [what, run] : others) ok = check(what, run, harness::Rule::Bf16, &base.tensors).ok && ok;
     if (!timed || !ok) return ok;
 
     const double flops = attention_backward_flops(s.B, s.NH, s.T, s.HS);
@@ -176,8 +223,8 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
                what.c_str(), s.str().c_str(), t.median_ms, tf, 100 * tf / kPeakBf16, kPeakBf16, t.reps);
     };
     time_one("attention_backward_naive (bf16)", naive_bwd);
-    time_one("attention_backward_flash (bf16)", [&] { flash_bwd(0); });
-    if (mma) time_one("attention_backward_flash_mma (bf16, dK/dV 4 warps)", [&] { flash_bwd(4); });
+    time_one(flash_name, flash_bwd);
+    for (const auto& [what, run] : others) time_one(what, run);
     return ok;
 }
 
