@@ -28,10 +28,11 @@
 // Inside a step the second product of a pair runs while the registers of the first are worked on: dP (dP^T)
 // is in flight while P (P^T) is computed, and dV while dS^T is.
 //
-// Measured (NVIDIA H200, 2026-11-29 15:33 UTC, `./dev/attention/runner bwd 64 12 1024 64`, L2 flushed):
-// 1.141 ms = 226 TFLOP/s at (64,12,1024,64), against 1.470 ms = 175 TFLOP/s for the mma.sync kernels
-// (1.29x); cuDNN's backward in sdpa_bench.py, same card and day: 257 TFLOP/s. Of the 1.09 ms one call takes
-// with a warm L2, the dQ kernel is 0.41 and the dK/dV kernel 0.70 (each launch timed alone, 15:36 UTC): the
+// Measured (NVIDIA H200, 2026-11-29 15:48 UTC, scripts/gpu.d/22 = `make bench-attention-bwd`, L2 flushed):
+// 1.124 ms = 229 TFLOP/s
+// at (64,12,1024,64), against 1.454 ms = 177 TFLOP/s for the mma.sync kernels (1.29x); cuDNN's backward in
+// the same session (sdpa_bench.py): 257 TFLOP/s, so 0.89x cuDNN. Of the 1.09 ms one call takes with a warm
+// L2, the dQ kernel is 0.41 and the dK/dV kernel 0.70 (each launch timed alone, 15:36 UTC): the
 // dK/dV kernel does 4 of the 7 tile products but takes 63% of the time; that is where cuDNN's lead is.
 // Still missing here, from FlashAttention-3: a producer warp with TMA and mbarriers instead of cp.async and
 // block barriers, so that warpgroups drift apart and one's exps overlap another's wgmmas.
@@ -45,8 +46,8 @@
 namespace flashgpt2 {
 
 // The default dK/dV block: 1 warpgroup (64 keys), 3 blocks per SM. Measured against 2 warpgroups (128 keys,
-// one block per SM; `runner bwd` times both): 1.141 vs 1.162 ms at (64,12,1024,64), 0.306 vs 0.319 at
-// (16,12,1024,64). At 3 blocks per SM the register cap is 168, and ptxas says so ("wgmma.mma_async
+// one block per SM; `runner bwd` times both, 15:48 UTC): 1.124 vs 1.181 ms at (64,12,1024,64), 0.304 vs
+// 0.317 at (16,12,1024,64). At 3 blocks per SM the register cap is 168, and ptxas says so ("wgmma.mma_async
 // instructions are serialized due to insufficient register resources"); measured, it is still the faster.
 constexpr int FBH_DKDV_WGS = 1;
 
