@@ -247,8 +247,8 @@ inline bool attention_forward_uses_hopper(int HS, const void* qkv, const void* o
 inline bool attention_backward_uses_hopper(int HS, const void* qkv, const void* out, const void* dout,
                                            const void* dqkv, bool force_scalar) {
 #if !defined(ENABLE_FP32)
-    return HS == 64 && attention_forward_uses_hopper(HS, qkv, out, force_scalar, true) && aligned16(dout) &&
-           aligned16(dqkv) && attention_backward_hopper_supports(HS);
+    return attention_forward_uses_hopper(HS, qkv, out, force_scalar, true) && aligned16(dout) && aligned16(dqkv) &&
+           attention_backward_hopper_supports(HS);
 #else
     (void)HS, (void)qkv, (void)out, (void)dout, (void)dqkv, (void)force_scalar;
     return false;

@@ -65,7 +65,9 @@ namespace hp = flashgpt2::hopper;
 // the 16-wide k step kk:
 //   K-major: k = tile columns 16kk..16kk+15, 32 bytes into each 128-byte row (the hardware applies the XOR);
 //   MN-major: k = tile rows 16kk..16kk+15, 16 rows of 128 bytes further on.
-__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) { return hp::smem_desc_sw128(tile + 32 * kk, 16, 1024); }
+__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) {
+    return hp::smem_desc_sw128(tile + 32 * kk, 16, 1024);
+}
 __device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) {
     return hp::smem_desc_sw128(tile + kk * 16 * 128, 64 * 128, 1024);
 }
@@ -197,7 +199,8 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
             *reinterpret_cast<uint32_t*>(row + 8 * dt + 2 * t) = pack_bf16(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
     }
 #else
-    (void)dqkv, (void)D, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;  // launches are refused on the host
+    // no sm_90a code: launches are refused on the host
+    (void)dqkv, (void)D, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
 #endif
 }
 
@@ -313,7 +316,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 3 : 1)
         }
     }
 #else
-    (void)dqkv, (void)dout, (void)qkv, (void)lse, (void)D, (void)T, (void)NH;  // launches are refused on the host
+    (void)dqkv, (void)dout, (void)qkv, (void)lse, (void)D, (void)T, (void)NH;  // no sm_90a code (see above)
 #endif
 }
 

@@ -1,12 +1,13 @@
 // The flash attention backward on its own (BF16 build: llmc/attention_backward_hopper.cuh on an H100/H200,
-// llmc/attention_backward.cuh elsewhere; the fp32-arithmetic kernels of attention_flash.cuh in the FP32 build), against ref::attention_backward in double and DESIGN.md's
-// rule (gpu_check.h). Its inputs are the oracle's own forward results, out rounded to floatX and lse, so
-// a forward error cannot hide or cause a backward one. Head size 64 (the tensor-core path), T = 1, 2, a
-// multiple of no tile, exactly one and just over one 64-row tile, several tiles, 1000; dQ, dK and dV are
-// judged separately (a bug in one cannot hide behind the other two), then the backward runs again and
-// must give the same bits (no atomics). In the BF16 build every bf16 flash backward the card runs is checked:
-// the trainer's, then the mma.sync kernels with both dK/dV blocks (8 and 4 warps) and, on an H100/H200, the
-// wgmma kernels with the dK/dV block the trainer does not use (2 warpgroups).
+// llmc/attention_backward.cuh elsewhere; the fp32-arithmetic kernels of attention_flash.cuh in the FP32
+// build), against ref::attention_backward in double and DESIGN.md's rule (gpu_check.h). Its inputs are the
+// oracle's own forward results, out rounded to floatX and lse, so a forward error cannot hide or cause a
+// backward one. Head size 64 (the tensor-core path), T = 1, 2, a multiple of no tile, exactly one and just
+// over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
+// behind the other two), then the backward runs again and must give the same bits (no atomics). In the
+// BF16 build every bf16 flash backward the card runs is checked: the trainer's, then the mma.sync kernels
+// with both dK/dV blocks (8 and 4 warps) and, on an H100/H200, the wgmma kernels with the dK/dV block the
+// trainer does not use (2 warpgroups).
 #include <functional>
 #include <utility>
 
