@@ -32,7 +32,7 @@
 // 1.124 ms = 229 TFLOP/s at (64,12,1024,64), against 1.454 ms = 177 TFLOP/s for the mma.sync kernels (1.29x);
 // cuDNN's backward in the same session (sdpa_bench.py): 257 TFLOP/s, so 0.89x cuDNN. Of the 1.09 ms one
 // call takes with a warm L2, the dQ kernel is 0.41 and the dK/dV kernel 0.70 (each launch timed alone,
-// 15:36 UTC): the dK/dV kernel does 4 of the 7 tile products but takes 63% of the time; that is where
+// 15:37 UTC): the dK/dV kernel does 4 of the 7 tile products but takes 63% of the time; that is where
 // cuDNN's lead is.
 // Still missing here, from FlashAttention-3: a producer warp with TMA and mbarriers instead of cp.async and
 // block barriers, so that warpgroups drift apart and one's exps overlap another's wgmmas.
