@@ -167,7 +167,7 @@ bench-attention: dev/attention/runner
 	./dev/attention/runner bench $(if $(ANCHORS),--anchors $(ANCHORS)) --out doc
 	bash scripts/readme_table.sh doc/attention_forward.md attention-forward
 
-# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/attention_backward.md and the README table (~40 s on an H200)
+# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/attention_backward.md and the README table (~65 s on an H200)
 bench-attention-bwd: dev/attention/runner
 	OUT=log/bench-attention-bwd bash scripts/gpu.d/22_attention_backward.sh
 

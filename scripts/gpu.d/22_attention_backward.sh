@@ -10,7 +10,7 @@
 #      copy names its kernel here)
 # Prints one table: shape, kernel, ms, TFLOP/s (FlashAttention count: bwd = 2.5 x 4·B·H·T²·D/2), and writes
 # it with the anchors to doc/attention_backward.md, spliced into README.md (marker attention-backward).
-# Time: 41 s on the H200 (2026-11-29; each part has a timeout).
+# Time: 64 s on the H200 (2026-11-29, with sdpa_bench.py; each part has a timeout).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 status=0
