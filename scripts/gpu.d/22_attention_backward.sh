@@ -30,13 +30,15 @@ run() {  # run LOGNAME ARGS...: one runner call with a timeout; prints its FAIL 
 run default
 run 16x12x1024x64 16 12 1024 64
 run 64x12x1024x64 64 12 1024 64
+# Every timing line of the three runs, "  time <kernel...> (B,H,T,D): X ms  Y TFLOP/s ...", as shape|kernel|ms|TFLOP/s
+timings() {
+  for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log "$OUT"/attention_bwd_64x12x1024x64.log; do
+    sed -n 's/^  time \(.*\) \((.*)\): \([0-9.]*\) ms  \([0-9.]*\) TFLOP\/s.*/\2|\1|\3|\4/p' "$f" 2>/dev/null
+  done
+}
 echo
 printf '%-20s %-70s %10s %10s\n' shape kernel ms TFLOP/s
-for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log "$OUT"/attention_bwd_64x12x1024x64.log; do
-  # "  time <kernel...> (B,H,T,D): X ms  Y TFLOP/s ..."
-  sed -n 's/^  time \(.*\) \((.*)\): \([0-9.]*\) ms  \([0-9.]*\) TFLOP\/s.*/\2|\1|\3|\4/p' "$f" 2>/dev/null |
-    awk -F'|' '{ printf "%-20s %-70s %10s %10s\n", $1, $2, $3, $4 }'
-done
+timings | awk -F'|' '{ printf "%-20s %-70s %10s %10s\n", $1, $2, $3, $4 }'
 
 echo "== 2. anchors: sdpa_bench.py =="
 anchors=$(ls .gpu-carry/anchors/sdpa_bench.py ../shared/anchors/sdpa_bench.py 2>/dev/null | head -n 1)
@@ -55,12 +57,9 @@ anchor_bwd() { awk -v be="$1" '$0 ~ /^ *\(64, 12, 1024, 64\)/ && $5 == be { prin
   echo
   echo "| shape | kernel | ms | TFLOP/s |"
   echo "|---|---|--:|--:|"
-  for f in "$OUT"/attention_bwd_default.log "$OUT"/attention_bwd_16x12x1024x64.log "$OUT"/attention_bwd_64x12x1024x64.log; do
-    sed -n 's/^  time \(.*\) \((.*)\): \([0-9.]*\) ms  \([0-9.]*\) TFLOP\/s.*/| \2 | \1 | \3 | \4 |/p' "$f" 2>/dev/null
-  done
+  timings | awk -F'|' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }'
   cud=$(anchor_bwd cudnn) fa2=$(anchor_bwd flash)
-  ours=$(sed -n 's/^  time attention_backward_flash (.*) (64,12,1024,64): [0-9.]* ms  \([0-9.]*\) TFLOP\/s.*/\1/p' \
-         "$OUT"/attention_bwd_64x12x1024x64.log 2>/dev/null)
+  ours=$(timings | awk -F'|' '$1 == "(64,12,1024,64)" && $2 ~ /^attention_backward_flash \(/ { print $4 }')
   if [[ -n "$cud" && -n "$fa2" && -n "$ours" ]]; then
     echo
     echo "Same session, sdpa_bench.py at (64,12,1024,64): cuDNN's backward $cud TFLOP/s, PyTorch's FlashAttention-2 $fa2." \
