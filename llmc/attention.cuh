@@ -54,7 +54,7 @@ inline size_t attention_workspace_bytes(Variant v, int B, int T, int C, int NH) 
     const size_t btc = ws_round((size_t)B * T * C * sizeof(floatX)), tt = (size_t)B * NH * T * T;
     if (v == Variant::naive)  // q,k,v + O/dO permuted + dq,dk,dv; S/dP in fp32; dS
         return 7 * btc + ws_round(tt * sizeof(float)) + ws_round(tt * sizeof(floatX));
-    return ws_round((size_t)B * NH * T * sizeof(float));  // D = rowsum(dO * O)
+    return ws_round(attention_backward_d_floats(B, NH, T) * sizeof(float));  // D = rowsum(dO * O), twice
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -280,7 +280,7 @@ inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout,
                                      bool force_scalar = false) {
     attention_check_shape(Variant::flash, C, NH);
     const int HS = C / NH;
-    float* D = WorkspaceCarver(ws).take<float>((size_t)B * NH * T);  // (B,NH,T) rowsum(dO * O)
+    float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));  // rowsum(dO * O)
 #if !defined(ENABLE_FP32)
     // both compute D themselves, fused into their dQ kernel
     if (attention_backward_uses_hopper(HS, qkv, out, dout, dqkv, force_scalar))

@@ -134,6 +134,44 @@ __device__ __forceinline__ float fb_dot2(uint32_t a, uint32_t b) {
     return fmaf(x.x, y.x, x.y * y.y);
 }
 
+// D_i = rowsum(dO_i * O_i) of rows g and g+8, from this lane's partial sums: the quad's four lanes hold a
+// row's 64 columns between them, added in a fixed order. Written to D (B, NH, T) for rows < T.
+__device__ __forceinline__ void fb_finish_D(float (&Di)[2], float* D_h, int row_g, int T, int t) {
+    for (int r = 0; r < 2; r++) {
+        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 1);
+        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 2);
+        if (t == 0 && row_g + 8 * r < T) D_h[row_g + 8 * r] = Di[r];
+    }
+}
+
+// The epilogues: a warp's accumulator rows (g: c0, c1; g+8: c2, c3; columns 8 dt + 2t) of dQ (rows = queries
+// from row_g) or of dK and dV (rows = keys from key_g) -> dqkv (B, T, 3, NH, HS) as bf16; dQ and dK take the
+// softmax scale here. Rows >= T are not written.
+__device__ __forceinline__ void fb_store_dq(bf16_t* dqkv, const float (&dq)[8][4], int row_g, int T, int b, int h,
+                                            int NH, int t, float scale) {
+    const int C = NH * 64;
+    for (int r = 0; r < 2; r++) {
+        const int qi = row_g + 8 * r;
+        if (qi >= T) continue;
+        bf16_t* row = dqkv + ((size_t)b * T + qi) * 3 * C + h * 64;
+        for (int dt = 0; dt < 8; dt++)
+            *reinterpret_cast<uint32_t*>(row + 8 * dt + 2 * t) = pack_bf16(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
+    }
+}
+__device__ __forceinline__ void fb_store_dkdv(bf16_t* dqkv, const float (&dk)[8][4], const float (&dv)[8][4],
+                                              int key_g, int T, int b, int h, int NH, int t, float scale) {
+    const int C = NH * 64;
+    for (int r = 0; r < 2; r++) {
+        const int kj = key_g + 8 * r;
+        if (kj >= T) continue;
+        bf16_t* row = dqkv + ((size_t)b * T + kj) * 3 * C + h * 64;
+        for (int dt = 0; dt < 8; dt++) {
+            *reinterpret_cast<uint32_t*>(row + C + 8 * dt + 2 * t) = pack_bf16(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * dt + 2 * t) = pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // dQ (and D): one block per 64 queries, heaviest (latest) query blocks first
 
@@ -175,11 +213,7 @@ __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         Di[0] += fb_dot2(doa[kk][0], oa[0]) + fb_dot2(doa[kk][2], oa[2]);  // row g: registers 0 and 2
         Di[1] += fb_dot2(doa[kk][1], oa[1]) + fb_dot2(doa[kk][3], oa[3]);  // row g+8: registers 1 and 3
     }
-    for (int r = 0; r < 2; r++) {  // D = rowsum(dO * O): the quad's four partial sums, in a fixed order
-        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 1);
-        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 2);
-        if (t == 0 && row_g + 8 * r < T) D[(size_t)bh * T + row_g + 8 * r] = Di[r];
-    }
+    fb_finish_D(Di, D + (size_t)bh * T, row_g, T, t);
 
     float dq[8][4] = {};  // dQ rows g (c0, c1) and g+8 (c2, c3), columns 8 dt + 2t
     for (int j = 0; j < n_tiles; j++) {
@@ -212,14 +246,7 @@ __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         fb_mma_rows_k(dq, dp, Kj, off);  // dQ_i += dS K_j
     }
 
-    const float scale = 1.0f / sqrtf((float)HS);
-    for (int r = 0; r < 2; r++) {
-        const int qi = row_g + 8 * r;
-        if (qi >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + qi) * 3 * C + h * HS;
-        for (int dt = 0; dt < 8; dt++)
-            *reinterpret_cast<uint32_t*>(row + 8 * dt + 2 * t) = pack_bf16(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-    }
+    fb_store_dq(dqkv, dq, row_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -309,16 +336,7 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW)
         fb_mma_rows_k(dk, dpt, Qi, off);  // dK_j += dS^T Q_i
     }
 
-    const float scale = 1.0f / sqrtf((float)HS);
-    for (int r = 0; r < 2; r++) {
-        const int kj = key_g + 8 * r;
-        if (kj >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + kj) * 3 * C + h * HS;
-        for (int dt = 0; dt < 8; dt++) {
-            *reinterpret_cast<uint32_t*>(row + C + 8 * dt + 2 * t) = pack_bf16(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * dt + 2 * t) = pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
-        }
-    }
+    fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 }
 
 // ---------------------------------------------------------------------------------------------------------

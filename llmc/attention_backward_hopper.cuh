@@ -2,7 +2,7 @@
 // attention backward on an H100/H200. It is attention_backward.cuh (read that first) with one change: every
 // tile product is a wgmma instead of a warp's mma.sync loop. Same two kernels, same tiles (Br = Bc = 64), same
 // cp.async double buffering into the same swizzled tiles, same register math for P, dP, dS, same result
-// order per output element (so it is deterministic too).
+// order per output element: deterministic, and the same bits as the mma.sync kernels.
 //
 // What a wgmma changes (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; FlashAttention-3,
 // Shah et al. 2024, arXiv:2407.08608, uses these for its backward):
@@ -20,7 +20,7 @@
 //   dQ kernel    S = Q_i K_j^T     A = Q_i (smem, K-major)   B = K_j (K-major)
 //                dP = dO_i V_j^T   A = dO_i (smem)           B = V_j (K-major)
 //                dQ_i += dS K_j    A = dS (registers)        B = K_j (MN-major)
-//   dK/dV kernel (each warpgroup owns 64 keys of the block's Bc = 64 NWG)
+//   dK/dV kernel (one warpgroup owns 64 keys)
 //                S^T = K_j Q_i^T   A = K_j (smem)            B = Q_i (K-major)
 //                dP^T = V_j dO_i^T A = V_j (smem)            B = dO_i (K-major)
 //                dV_j += P^T dO_i  A = P^T (registers)       B = dO_i (MN-major)
@@ -28,15 +28,24 @@
 // Inside a step the second product of a pair runs while the registers of the first are worked on: dP (dP^T)
 // is in flight while P (P^T) is computed, and dV while dS^T is.
 //
-// Measured (NVIDIA H200, 2026-11-29 15:48 UTC, scripts/gpu.d/22 = `make bench-attention-bwd`, L2 flushed):
-// 1.124 ms = 229 TFLOP/s at (64,12,1024,64), against 1.454 ms = 177 TFLOP/s for the mma.sync kernels (1.29x);
-// cuDNN's backward in the same session (sdpa_bench.py): 257 TFLOP/s, so 0.89x cuDNN. Of the 1.09 ms one
-// call takes with a warm L2, the dQ kernel is 0.41 and the dK/dV kernel 0.70 (each launch timed alone,
-// 15:37 UTC): the dK/dV kernel does 4 of the 7 tile products but takes 63% of the time; that is where
-// cuDNN's lead is.
-// Still missing here, from FlashAttention-3: a producer warp with TMA and mbarriers instead of cp.async and
-// block barriers, so that warpgroups drift apart and one's exps overlap another's wgmmas.
+// Registers decide the dK/dV kernel's speed. At 3 blocks per SM it may use 168 registers, and in its first
+// version (lse and D of a query tile loaded per step as two bounds-checked vectors) ptxas reported "wgmma
+// instructions are serialized due to insufficient register resources": each wgmma waited for the one
+// before, and the dK/dV kernel took 0.70 of the backward's 1.09 ms (warm L2). Now the dQ kernel also writes
+// lse·log2(e) and D per 64-query tile, 128 floats with zeros past T, which the dK/dV kernel copies with one
+// 4-byte cp.async per thread; the step lost its bounds checks and pointers, ptxas no longer serializes.
+//
+// Measured (NVIDIA H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, L2 flushed, median of 100):
+//                     first version (15:48 UTC)   now (17:30-17:33 UTC)   mma.sync (now)
+//   (64,12,1024,64)   1.124 ms = 229 TFLOP/s      1.073-1.100 ms          1.440-1.474 ms
+//   (16,12,1024,64)   0.304 ms                    0.280 ms = 230 TFLOP/s  0.381-0.398 ms
+//   (8,12,2048,64)    -                           0.484 ms = 266 TFLOP/s  -
+// cuDNN's backward at (64,12,1024,64) measured 257 TFLOP/s in the 15:48 session (sdpa_bench.py); the same
+// comparison on the final code is in doc/attention_backward.md. A warp-specialized dK/dV kernel (a TMA
+// producer warp, two consumer warpgroups with 240 registers, a persistent grid) did not beat this one:
+// dev/attention/backward/3_warp_specialized.cuh.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "llmc/attention_backward.cuh"
@@ -45,16 +54,6 @@
 
 namespace flashgpt2 {
 
-// The default dK/dV block: 1 warpgroup (64 keys), 3 blocks per SM. Measured against 2 warpgroups (128 keys,
-// one block per SM; `runner bwd` times both, 15:48 UTC): 1.124 vs 1.181 ms at (64,12,1024,64), 0.304 vs
-// 0.317 at (16,12,1024,64). At 3 blocks per SM the register cap is 168, and ptxas says so ("wgmma.mma_async
-// instructions are serialized due to insufficient register resources"); measured, it is still the faster.
-constexpr int FBH_DKDV_WGS = 1;
-
-template <int NWG>
-constexpr int fbh_dkdv_smem() {  // K_j, V_j (64 NWG rows each) + Q_i, dO_i x 2 + lse_i, D_i x 2 + alignment room
-    return 2 * 64 * NWG * 128 + 4 * FB_TILE + 4 * FB_BR * (int)sizeof(float) + 1024;
-}
 constexpr int FBH_DQ_SMEM = FB_DQ_SMEM + 1024;  // the mma.sync dQ kernel's tiles + alignment room
 
 namespace hopper_backward {
@@ -93,13 +92,63 @@ __device__ __forceinline__ void tiles_landed() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// One step of a dK/dV warpgroup: its 64 keys (rows of Kw, Vw; this thread's key_g, key_g + 8; its warp's
+// first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
+// floats). `meanwhile` runs while S^T and dP^T are on the tensor cores. Returns with every wgmma complete.
+template <class F>
+__device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], uint32_t Kw, uint32_t Vw,
+                                          uint32_t Qi, uint32_t dOi, const float* L, int i0, int wk0, int key_g,
+                                          int t, float sl2, F&& meanwhile) {
+    float st[8][4], dpt[8][4];
+    hp::wgmma_fence();
+    gemm_ss(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
+    hp::wgmma_commit();
+    gemm_ss(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
+    hp::wgmma_commit();
+    meanwhile();
+    const bool diag = i0 < wk0 + 15;  // some query of the tile is before some key of the warp
+    hp::wgmma_wait<1>();  // S^T is done
+    hp::fence_regs(st);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const int c = 8 * nt + 2 * t;  // this thread's columns c, c+1 (queries i0 + c, i0 + c + 1)
+        const float2 l2 = *reinterpret_cast<const float2*>(L + c);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = fmaf(st[nt][e], sl2, -(e & 1 ? l2.y : l2.x));
+            if (diag && key_g + 8 * (e >> 1) > i0 + c + (e & 1)) x = -INFINITY;  // causal mask
+            st[nt][e] = frag::fast_exp2(x);                                    // P^T; 0 where masked
+        }
+    }
+    uint32_t pa[4][4], dsa[4][4];
+    to_a_frags(pa, st);
+    hp::wgmma_fence();      // P^T fragments written by this thread before the wgmma reads them
+    gemm_rs(dv, pa, dOi);   // dV_j += P^T dO_i: runs while dS^T is computed below
+    hp::wgmma_commit();
+    hp::wgmma_wait<1>();    // dP^T is done (groups complete in order; dV may still run)
+    hp::fence_regs(dpt);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const float2 d2 = *reinterpret_cast<const float2*>(L + FB_BR + 8 * nt + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - (e & 1 ? d2.y : d2.x));  // dS^T
+    }
+    to_a_frags(dsa, dpt);
+    hp::wgmma_fence();      // dS^T fragments written before the wgmma reads them
+    gemm_rs(dk, dsa, Qi);   // dK_j += dS^T Q_i
+    hp::wgmma_commit();
+    hp::wgmma_wait<0>();    // dV and dK done: their registers may be read, the tiles refilled
+    hp::fence_regs(dv);
+    hp::fence_regs(dk);
+}
+
 }  // namespace hopper_backward
 
 // ---------------------------------------------------------------------------------------------------------
 // dQ (and D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
 
 static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
-    attention_backward_dq_hopper_kernel(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* out,
+    attention_backward_dq_hopper_kernel(bf16_t* dqkv, float* D, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = hopper_backward;
@@ -125,7 +174,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
     fb_load_tile<FB_BC, FB_DQ_THREADS>(sK, qbase + C, 3 * C, 0, T);
     fb_load_tile<FB_BC, FB_DQ_THREADS>(sV, qbase + 2 * C, 3 * C, 0, T);
     mma::cp_async_commit();
-    float l2[2], Di[2] = {0.0f, 0.0f};
+    float l2[2], Di[2] = {0.0f, 0.0f};  // lse (log2 units) and D of rows g, g+8; rows >= T: 0
     for (int r = 0; r < 2; r++) l2[r] = row_g + 8 * r < T ? lse[(size_t)bh * T + row_g + 8 * r] * LOG2E : 0.0f;
     hb::tiles_landed();
     __syncthreads();  // Q_i, dO_i, O_i and K_0, V_0 are in shared memory, visible to every warp and to wgmma
@@ -137,11 +186,12 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         Di[0] += fb_dot2(doa[0], oa[0]) + fb_dot2(doa[2], oa[2]);
         Di[1] += fb_dot2(doa[1], oa[1]) + fb_dot2(doa[3], oa[3]);
     }
-    for (int r = 0; r < 2; r++) {
-        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 1);
-        Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 2);
-        if (t == 0 && row_g + 8 * r < T) D[(size_t)bh * T + row_g + 8 * r] = Di[r];
-    }
+    fb_finish_D(Di, D + (size_t)bh * T, row_g, T, t);
+    for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D again, all 64 rows (past T: 0 and 0)
+        if (t == 0) {
+            float* ld = LD + ((size_t)bh * gridDim.x + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
+            ld[0] = l2[r], ld[FB_BR] = Di[r];
+        }
 
     float dq[8][4] = {};
     for (int j = 0; j < n_tiles; j++) {
@@ -190,133 +240,67 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         hp::fence_regs(dq);
     }
 
-    const float scale = 1.0f / sqrtf((float)HS);
-    for (int r = 0; r < 2; r++) {
-        const int qi = row_g + 8 * r;
-        if (qi >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + qi) * 3 * C + h * HS;
-        for (int dt = 0; dt < 8; dt++)
-            *reinterpret_cast<uint32_t*>(row + 8 * dt + 2 * t) = pack_bf16(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-    }
+    fb_store_dq(dqkv, dq, row_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 #else
     // no sm_90a code: launches are refused on the host
-    (void)dqkv, (void)D, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
+    (void)dqkv, (void)D, (void)LD, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
 #endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// dK, dV: one block per 64 NWG keys, warpgroup w owns keys 64w..64w+63 (rows = keys), first keys first
+// dK, dV: one block (one warpgroup) per 64 keys, 3 blocks per SM, the first keys (which every query sees)
+// first. Q_i, dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier
+// per step.
 
-template <int NWG>
-__global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 3 : 1)
-    attention_backward_dkdv_hopper_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
-                                          const float* D, int T, int NH) {
+static __global__ void __launch_bounds__(128, 3)
+    attention_backward_dkdv_hopper_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
+                                          int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = hopper_backward;
-    namespace hp = flashgpt2::hopper;
-    constexpr int HS = 64, NTHREADS = 128 * NWG, BC = 64 * NWG;
+    constexpr int HS = 64, NTHREADS = 128;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
-    const uint32_t sV = sK + BC * 128;                         // K_j, V_j (Bc, HS), resident for the whole loop
-    const uint32_t sQ = sV + BC * 128, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
-    float* sL = reinterpret_cast<float*>(fbh_smem + (sK - raw) + 2 * BC * 128 + 4 * FB_TILE);  // lse_i (Br) x 2
-    float* sD = sL + 2 * FB_BR;                                                            // D_i (Br) x 2
+    const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
+    const uint32_t sQ = sV + FB_TILE, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
+    const uint32_t sL = sdO + 2 * FB_TILE;                     // lse·log2(e), D of tile i (2, Br) x 2 buffers
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int j0 = blockIdx.x * BC;
+    const int j0 = blockIdx.x * 64, n_qt = ceil_div(T, FB_BR);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int wg = warp / 4, wg_k0 = j0 + 64 * wg;    // this warpgroup's first key
-    const int wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
-    const uint32_t Kw = sK + wg * FB_TILE, Vw = sV + wg * FB_TILE;  // the warpgroup's 64 keys of K_j, V_j
+    const int wk0 = j0 + 16 * warp, key_g = wk0 + g;
     const bf16_t* qbase = qkv + (size_t)b * T * 3 * C + h * HS;
     const bf16_t* dobase = dout + (size_t)b * T * C + h * HS;
-    const float* lse_h = lse + (size_t)bh * T;
-    const float* D_h = D + (size_t)bh * T;
+    const float* LD_h = LD + (size_t)bh * n_qt * 2 * FB_BR;
     const float sl2 = LOG2E / sqrtf((float)HS);
-    const int i_first = j0 / FB_BR * FB_BR;
-    const int n_tiles = ceil_div(T - i_first, FB_BR);
+    const int n_tiles = ceil_div(T - j0, FB_BR);  // query tiles from j0 on (j0 is a multiple of Br)
+    const auto load_L = [&](int buf, int i0) {    // 128 floats, one 4-byte copy per thread
+        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
+    };
 
-    fb_load_tile<BC, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
-    fb_load_tile<BC, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, i_first, T);
-    fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, i_first, T);
-    fb_load_vec<NTHREADS>(sL, lse_h, i_first, T);
-    fb_load_vec<NTHREADS>(sD, D_h, i_first, T);
+    fb_load_tile<64, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
+    fb_load_tile<64, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, j0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, j0, T);
+    load_L(0, j0);
     mma::cp_async_commit();
 
     float dk[8][4] = {}, dv[8][4] = {};
     for (int n = 0; n < n_tiles; n++) {
-        const int i0 = i_first + n * FB_BR, buf = n & 1;
+        const int i0 = j0 + n * FB_BR, buf = n & 1;
         hb::tiles_landed();
         __syncthreads();  // tile n (and, at n = 0, K_j, V_j) is visible to every warp and to wgmma; every
                           // wgmma of tile n-1 has completed, so the other buffer may be refilled below
         if (n + 1 < n_tiles) {
-            const int nb = buf ^ 1, i1 = i0 + FB_BR;
-            fb_load_tile<FB_BR, NTHREADS>(sQ + nb * FB_TILE, qbase, 3 * C, i1, T);
-            fb_load_tile<FB_BR, NTHREADS>(sdO + nb * FB_TILE, dobase, C, i1, T);
-            fb_load_vec<NTHREADS>(sL + nb * FB_BR, lse_h, i1, T);
-            fb_load_vec<NTHREADS>(sD + nb * FB_BR, D_h, i1, T);
+            fb_load_tile<FB_BR, NTHREADS>(sQ + (buf ^ 1) * FB_TILE, qbase, 3 * C, i0 + FB_BR, T);
+            fb_load_tile<FB_BR, NTHREADS>(sdO + (buf ^ 1) * FB_TILE, dobase, C, i0 + FB_BR, T);
+            load_L(buf ^ 1, i0 + FB_BR);
         }
         mma::cp_async_commit();
-        if (i0 + FB_BR <= wg_k0) continue;  // every query of the tile is before every key of this warpgroup
-                                            // (the same for its 4 warps, as a wgmma needs)
-
-        const uint32_t Qi = sQ + buf * FB_TILE, dOi = sdO + buf * FB_TILE;
-        float st[8][4], dpt[8][4];
-        hp::wgmma_fence();
-        hb::gemm_ss(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
-        hp::wgmma_commit();
-        hb::gemm_ss(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
-        hp::wgmma_commit();
-        const bool diag = i0 < wk0 + 15;
-        const float* Li = sL + buf * FB_BR;
-        const float* Dv = sD + buf * FB_BR;
-        hp::wgmma_wait<1>();  // S^T is done
-        hp::fence_regs(st);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const int c = 8 * nt + 2 * t;  // this thread's columns c, c+1 (queries i0 + c, i0 + c + 1)
-            const float2 lv = *reinterpret_cast<const float2*>(Li + c);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = fmaf(st[nt][e], sl2, -(e & 1 ? lv.y : lv.x) * LOG2E);
-                if (diag && key_g + 8 * (e >> 1) > i0 + c + (e & 1)) x = -INFINITY;  // causal mask
-                st[nt][e] = frag::fast_exp2(x);                                    // P^T; 0 where masked
-            }
-        }
-        uint32_t pa[4][4], dsa[4][4];
-        hb::to_a_frags(pa, st);
-        hp::wgmma_fence();         // P^T fragments written by this thread before the wgmma reads them
-        hb::gemm_rs(dv, pa, dOi);  // dV_j += P^T dO_i: runs while dS^T is computed below
-        hp::wgmma_commit();
-        hp::wgmma_wait<1>();       // dP^T is done (groups complete in order; dV may still run)
-        hp::fence_regs(dpt);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const float2 dv2 = *reinterpret_cast<const float2*>(Dv + 8 * nt + 2 * t);
-#pragma unroll
-            for (int e = 0; e < 4; e++) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - (e & 1 ? dv2.y : dv2.x));  // dS^T
-        }
-        hb::to_a_frags(dsa, dpt);
-        hp::wgmma_fence();         // dS^T fragments written before the wgmma reads them
-        hb::gemm_rs(dk, dsa, Qi);  // dK_j += dS^T Q_i
-        hp::wgmma_commit();
-        hp::wgmma_wait<0>();       // dV and dK done: their registers may be read, the tiles refilled
-        hp::fence_regs(dv);
-        hp::fence_regs(dk);
+        const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
+        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {});
     }
-
-    const float scale = 1.0f / sqrtf((float)HS);
-    for (int r = 0; r < 2; r++) {
-        const int kj = key_g + 8 * r;
-        if (kj >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + kj) * 3 * C + h * HS;
-        for (int dt = 0; dt < 8; dt++) {
-            *reinterpret_cast<uint32_t*>(row + C + 8 * dt + 2 * t) = pack_bf16(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * dt + 2 * t) = pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
-        }
-    }
+    fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 #else
-    (void)dqkv, (void)dout, (void)qkv, (void)lse, (void)D, (void)T, (void)NH;  // no sm_90a code (see above)
+    (void)dqkv, (void)dout, (void)qkv, (void)LD, (void)T, (void)NH;  // no sm_90a code: launches are refused
 #endif
 }
 
@@ -326,33 +310,37 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 3 : 1)
 // Can it run here: an sm_90a build on an sm_90 device (asked once per process), head size 64.
 inline bool attention_backward_hopper_supports(int HS) { return HS == 64 && hopper_attention::have_sm90a(); }
 
-template <int NWG>
-inline void attention_backward_dkdv_hopper_launch(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                  const float* lse, const float* D, int B, int T, int NH,
-                                                  cudaStream_t stream) {
-    auto kernel = attention_backward_dkdv_hopper_kernel<NWG>;
-    constexpr int smem = fbh_dkdv_smem<NWG>();
-    allow_shared_memory(kernel, smem);
-    kernel<<<dim3(ceil_div(T, 64 * NWG), B * NH), 128 * NWG, smem, stream>>>(dqkv, dout, qkv, lse, D, T, NH);
+// The dQ kernel (it also writes D and the per-tile lse·log2(e), D that the dK/dV kernels read).
+inline void attention_backward_dq_hopper_launch(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
+                                                const floatX* out, const float* lse, int B, int T, int NH,
+                                                cudaStream_t stream) {
+    allow_shared_memory(attention_backward_dq_hopper_kernel, FBH_DQ_SMEM);
+    attention_backward_dq_hopper_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, FBH_DQ_SMEM, stream>>>(
+        dqkv, D, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
     cudaCheckLaunch();
 }
 
-// The same interface as attention_backward_flash_mma; dkdv_wgs picks the dK/dV block (1: 64 keys, 2: 128).
+inline void attention_backward_check_hopper(const char* who, const floatX* dqkv, const floatX* dout,
+                                            const floatX* qkv, const floatX* out, int B, int NH, int HS) {
+    if (!attention_backward_hopper_supports(HS))
+        fail("%s: needs an sm_90a build on an H100/H200 and head size 64 (HS = %d)", who, HS);
+    if (!aligned16(qkv) || !aligned16(dout) || !aligned16(out) || !aligned16(dqkv))
+        fail("%s: qkv, dout, out and dqkv must be 16-byte aligned", who);
+    if (B * NH > 65535) fail("%s: B*NH = %d exceeds the dQ grid's y limit 65535", who, B * NH);
+}
+
+// The same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and
+// lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
 inline void attention_backward_flash_hopper(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
                                             const floatX* out, const float* lse, int B, int T, int NH, int HS,
-                                            cudaStream_t stream, int dkdv_wgs = FBH_DKDV_WGS) {
-    if (!attention_backward_hopper_supports(HS))
-        fail("attention_backward_flash_hopper: needs an sm_90a build on an H100/H200 and head size 64 (HS = %d)", HS);
-    if (!aligned16(qkv) || !aligned16(dout) || !aligned16(out) || !aligned16(dqkv))
-        fail("attention_backward_flash_hopper: qkv, dout, out and dqkv must be 16-byte aligned");
-    if (B * NH > 65535) fail("attention_backward_flash_hopper: B*NH = %d exceeds the grid's y limit 65535", B * NH);
-    allow_shared_memory(attention_backward_dq_hopper_kernel, FBH_DQ_SMEM);
-    attention_backward_dq_hopper_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, FBH_DQ_SMEM, stream>>>(
-        dqkv, D, dout, out, qkv, lse, T, NH);
+                                            cudaStream_t stream) {
+    attention_backward_check_hopper("attention_backward_flash_hopper", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_dq_hopper_launch(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+    constexpr int smem = 6 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, (lse, D) x 2, alignment
+    allow_shared_memory(attention_backward_dkdv_hopper_kernel, smem);
+    attention_backward_dkdv_hopper_kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
+        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
     cudaCheckLaunch();
-    if (dkdv_wgs == 1) attention_backward_dkdv_hopper_launch<1>(dqkv, dout, qkv, lse, D, B, T, NH, stream);
-    else if (dkdv_wgs == 2) attention_backward_dkdv_hopper_launch<2>(dqkv, dout, qkv, lse, D, B, T, NH, stream);
-    else fail("attention_backward_flash_hopper: dkdv_wgs %d (1 or 2)", dkdv_wgs);
 }
 
 }  // namespace flashgpt2

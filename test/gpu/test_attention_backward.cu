@@ -5,9 +5,8 @@
 // backward one. Head size 64 (the tensor-core path), T = 1, 2, a multiple of no tile, exactly one and just
 // over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
 // behind the other two), then the backward runs again and must give the same bits (no atomics). In the
-// BF16 build every bf16 flash backward the card runs is checked: the trainer's, then the mma.sync kernels
-// with both dK/dV blocks (8 and 4 warps) and, on an H100/H200, the wgmma kernels with the dK/dV block the
-// trainer does not use (2 warpgroups).
+// BF16 build every bf16 flash backward in llmc/ the card runs is checked: the trainer's (on an H100/H200 the
+// Hopper one), then the mma.sync kernels with both dK/dV blocks (8 and 4 warps).
 #include <functional>
 #include <utility>
 
@@ -85,14 +84,10 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
         std::vector<std::pair<std::string, std::function<void()>>> kernels = {
             {tag, [&] { attention_backward(flash, d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0); }}};
 #if !defined(ENABLE_FP32)
-        float* D = WorkspaceCarver(ws).take<float>((size_t)BH * T);
+        float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));
         for (int w : {8, 4})
             kernels.push_back({tag + " (mma.sync, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
                 attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
-            }});
-        if (attention_backward_hopper_supports(C / NH))
-            kernels.push_back({tag + " (wgmma, dK/dV block of 2 warpgroups)", [&, D] {
-                attention_backward_flash_hopper(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, 2);
             }});
 #endif
         for (const auto& named : kernels) {

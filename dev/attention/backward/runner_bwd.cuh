@@ -5,16 +5,18 @@
 // what each backward needs (naive: P; flash: out, lse), dqkv is poisoned with NaN, each backward runs, and
 // dQ, dK, dV are compared with the CPU oracle (llmc/ref/attention.h in double) on a subset of heads (all of
 // them on small shapes). The naive bf16 backward is the baseline of the bf16 rule; the trainer's flash
-// backward (llmc/attention.cuh picks it: on an H100/H200 the wgmma one, attention_backward_hopper.cuh) must
+// backward (llmc/attention.cuh picks it: on an H100/H200 the Hopper one, attention_backward_hopper.cuh) must
 // also be bit-identical on a second run (deterministic: no atomics). The other bf16 flash backwards this card
-// runs are validated the same way: the wgmma one with its other dK/dV block (2 warpgroups), and the previous
-// step, the mma.sync one (attention_backward.cuh) with both of its blocks (8 and 4 warps). Then all are timed
+// runs are validated the same way, and each is said to give the trainer's bits or not (doc/attention/
+// backward.md has the steps): the warp-specialized one (dev/attention/backward/3_warp_specialized.cuh) and
+// the mma.sync one (attention_backward.cuh, with both of its dK/dV blocks, 8 and 4 warps). Then all are timed
 // (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward: 2.5x
 // the forward's 4·B·H·T²·D/2.
 // No shape: odd shapes T = 1, 2, 37, 257, 1000 at HS 64 (and 257 at HS 128, the fp32-arithmetic fallback)
 // are validated, then (4,12,1024,64) is validated and timed.
 // Included by runner.cu after its helpers (Shape, DeviceBuffer, parse_int, card_name, kPeakBf16).
 #pragma once
+#include "dev/attention/backward/3_warp_specialized.cuh"
 #include "llmc/kernels.h"
 
 namespace bwd_runner {
@@ -145,15 +147,14 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
                                  C, s.NH, stream);
     };
     // The other bf16 flash backwards this card runs, each validated too, so that every timing below is of a
-    // checked kernel: the Hopper one with its other dK/dV block, and the mma.sync one (the previous step) with
-    // both of its blocks.
+    // checked kernel: the other steps of the backward.
     std::vector<std::pair<std::string, std::function<void()>>> others;
-    float* D = WorkspaceCarver(ws.p).take<float>((size_t)BH * s.T);
+    float* D = WorkspaceCarver(ws.p).take<float>(attention_backward_d_floats(s.B, s.NH, s.T));
     const auto* outp = (const floatX*)d_out.p;
     const auto* lsep = (const float*)d_lse.p;
     if (attention_backward_hopper_supports(s.HS))
-        others.push_back({"attention_backward_flash_hopper (bf16, dK/dV block of 2 warpgroups)", [&, D] {
-            attention_backward_flash_hopper(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream, 2);
+        others.push_back({"attention_backward_flash_hopper_ws (bf16, step 3, warp-specialized)", [&, D] {
+            attention_backward_flash_hopper_ws(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream);
         }});
     if (attention_flash_uses_mma(s.HS, false))
         for (int w : {8, 4})
@@ -211,7 +212,11 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     printf("  %s %s: second run %s\n", flash_name.c_str(), s.str().c_str(),
            same ? "bit-identical: PASS" : "DIFFERS: FAIL (not deterministic)");
     bool ok = base.ok && fl.ok && same;
-    for (const auto& [what, run] : others) ok = check(what, run, harness::Rule::Bf16, &base.tensors).ok && ok;
+    for (const auto& [what, run] : others) {  // (the Hopper blocks do the same products in the same order)
+        ok = check(what, run, harness::Rule::Bf16, &base.tensors).ok && ok;
+        cudaCheck(cudaMemcpy(again.data(), d_dqkv.p, again.size(), cudaMemcpyDeviceToHost));
+        printf("  %s %s: %s the trainer's bits\n", what.c_str(), s.str().c_str(), again == first ? "the same as" : "differs from");
+    }
     if (!timed || !ok) return ok;
 
     const double flops = attention_backward_flops(s.B, s.NH, s.T, s.HS);

@@ -1,0 +1,201 @@
+// Backward step 3: a warp-specialized dK/dV kernel (FlashAttention-3's structure, Shah et al. 2024,
+// arXiv:2407.08608, §3.1), measured and NOT faster than step 2, the trainer's (llmc/attention_backward_hopper.cuh,
+// whose dQ kernel and dK/dV step, hopper_backward::dkdv_step, it reuses). Kept because why it loses teaches.
+//
+// The idea: step 2's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
+// every step. Here a producer thread issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
+// mbarriers, two consumer warpgroups (128 keys) never meet at a barrier, setmaxnreg gives them 240 registers,
+// and the grid is persistent (one block per SM, items heaviest first in L2-sized sections; the next item's
+// K_j, V_j land while the last one's dK, dV are stored).
+//
+// Why it does not win at head size 64: once step 2 stopped spilling into serialized wgmmas (see its header),
+// its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls only one of the three;
+// here 8 consumer warps do the math, and the copies the producer takes off their hands were cheap. Measured
+// (H200, 2026-11-29 17:30-17:33 UTC, `./dev/attention/runner bwd B 12 T 64`, whole backward, same dQ kernel):
+//                     this kernel          step 2 (trainer's)
+//   (64,12,1024,64)   1.082-1.108 ms       1.073-1.100 ms
+//   (16,12,1024,64)   0.292-0.293 ms       0.280 ms
+//   (8,12,2048,64)    0.507 ms             0.484 ms
+// Variants measured on the way (17:00-17:26, against step 2's first version): one item per block instead of
+// a persistent grid, 1.107-1.258 ms; 3 consumers (160 registers: spills), 1.07-1.27; the next tile's S^T
+// issued before dK completes, 1.193; lse and D loaded from global memory at each step, 1.171; a TMA bulk copy
+// of lse and D read with ordinary loads, 1.025, but compute-sanitizer's racecheck reports that hand-off
+// (generic reads of async-proxy writes) as a race, so each consumer warp copies them itself with cp.async.
+#pragma once
+#include <algorithm>
+
+#include "llmc/attention_backward_hopper.cuh"
+
+namespace flashgpt2 {
+
+// ---------------------------------------------------------------------------------------------------------
+// dK, dV, warp-specialized: warpgroup 0 is the producer, warpgroups 1 and 2 the consumers. One producer
+// thread fills a ring of STAGES slots with Q_i and dO_i through TMA (the copy engine writes them already
+// swizzled); a slot's "full" mbarrier completes when their bytes have landed, and its "empty" one when every
+// consumer warp has arrived after its last wgmma on them. K_j, V_j of an item have two slots of their own
+// (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w owns keys
+// 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
+//
+// Measured (H200, 2026-11-29, runner bwd, (64,12,1024,64), the whole backward with the dQ kernel):
+//   step 1's dK/dV kernel (cp.async, 1 warpgroup, 3 blocks/SM) ........ 1.137-1.157 ms
+//   this kernel, one block per item (not persistent) ................... 1.107-1.258 ms
+//   this kernel, 3 consumers (Bc 192, 160 registers: spills) ........... 1.07-1.27 ms
+//   this kernel, the next tile's S^T issued before dK completes ........ 1.193 ms (slower: dropped)
+//   this kernel, persistent, 2 consumers (the trainer's) ............... 1.061-1.067 ms = 242 TFLOP/s
+// (the ranges: separate runs of the same binary, 17:05-17:26 UTC.)
+
+struct FbhWs {
+    static constexpr int NC = 2, BC = 64 * NC, STAGES = 4, THREADS = 128 * (NC + 1);
+    static constexpr int KV_BYTES = BC * 128;                      // K_j or V_j: (Bc, 64) bf16, swizzled
+    static constexpr int V_OFF = 2 * KV_BYTES, Q_OFF = 4 * KV_BYTES;  // K_j x 2 slots, V_j x 2, then the ring:
+    static constexpr int DO_OFF = Q_OFF + STAGES * FB_TILE;        // Q_i, dO_i (Br, 64) per slot
+    static constexpr int LD_BYTES = 2 * FB_BR * 4;                 // lse_i·log2(e), D_i (Br floats each),
+    static constexpr int LD_OFF = DO_OFF + STAGES * FB_TILE;       //   2 buffers per consumer warp
+    static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[]
+    static constexpr int SMEM = BAR_OFF + 8 * (4 + 2 * STAGES) + 1024;  // + room to align the base up
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
+};
+
+// Work item m of a block = (head bh, key tile of Bc keys at j0), taken in hopper_attention's order (sections
+// of heads whose Q and dO fit in L2; inside a section every head's first key tile, the heaviest, first):
+// block b takes items b, b + gridDim.x, ...
+static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
+    attention_backward_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                                      bf16_t* dqkv, const float* LD, int T, int NH, int BH, int section_heads) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    namespace hb = hopper_backward;
+    namespace hp = flashgpt2::hopper;
+    using W = FbhWs;
+    extern __shared__ __align__(1024) unsigned char fbh_smem[];
+    const uint32_t raw = mma::smem_u32(fbh_smem), base = (raw + 1023) & ~1023u;
+    const uint32_t sK = base, sV = base + W::V_OFF, sQ = base + W::Q_OFF, sdO = base + W::DO_OFF;
+    const auto kv_full = [&](int k) { return base + W::BAR_OFF + 8 * k; };
+    const auto kv_empty = [&](int k) { return base + W::BAR_OFF + 16 + 8 * k; };
+    const auto full = [&](int s) { return base + W::BAR_OFF + 32 + 8 * s; };
+    const auto empty = [&](int s) { return base + W::BAR_OFF + 32 + 8 * (W::STAGES + s); };
+    const int n_kt = ceil_div(T, W::BC), n_qt = ceil_div(T, FB_BR), total = n_kt * BH;
+    const auto item = [&](int m, int& bh, int& j0) {  // this block's m-th item: false when there is none
+        const int it = blockIdx.x + m * (int)gridDim.x;
+        if (it >= total) return false;
+        const hopper_attention::Tile tl = hopper_attention::decode_tile(it, n_kt, BH, section_heads);
+        bh = tl.bh, j0 = (n_kt - 1 - tl.qt) * W::BC;  // decode_tile lists the last tiles first: reversed
+        return true;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < 2; k++) {
+            hp::mbar_init(kv_full(k), 1);           // the producer's arrive.expect_tx, plus K_j's and V_j's bytes
+            hp::mbar_init(kv_empty(k), 4 * W::NC);  // one arrival per consumer warp
+        }
+        for (int s = 0; s < W::STAGES; s++) {
+            hp::mbar_init(full(s), 1);              // the producer's arrive.expect_tx, plus Q_i's and dO_i's bytes
+            hp::mbar_init(empty(s), 4 * W::NC);
+        }
+        hp::fence_barrier_init();
+    }
+    __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
+
+    if (threadIdx.x < 128) {  // ---- producer: one thread; the others give their registers back and exit
+        hp::setmaxnreg_dec<W::PRODUCER_REGS>();
+        if (threadIdx.x != 0) return;
+        hp::prefetch_tma_map(&tm_q);
+        hp::prefetch_tma_map(&tm_do);
+        int bh, j0, n = 0;  // n: Q/dO tiles issued so far (slot n % STAGES)
+        for (int m = 0; item(m, bh, j0); m++) {
+            const int b = bh / NH, h = bh % NH, k = m & 1;
+            hp::mbar_wait(kv_empty(k), ((m >> 1) & 1) ^ 1);  // the consumers are done with item m-2's K, V
+            hp::mbar_arrive_expect_tx(kv_full(k), 2 * W::KV_BYTES);
+            hp::tma_load_4d(sK + k * W::KV_BYTES, &tm_k, kv_full(k), 0, j0, h, b);
+            hp::tma_load_4d(sV + k * W::KV_BYTES, &tm_v, kv_full(k), 0, j0, h, b);
+            for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {  // Bc is a multiple of Br: queries from j0 on
+                const int s = n % W::STAGES;
+                hp::mbar_wait(empty(s), ((n / W::STAGES) & 1) ^ 1);  // every consumer warp is done with slot s
+                hp::mbar_arrive_expect_tx(full(s), 2 * FB_TILE);       // (rows past T arrive as zeros)
+                hp::tma_load_4d(sQ + s * FB_TILE, &tm_q, full(s), 0, i0, h, b);
+                hp::tma_load_4d(sdO + s * FB_TILE, &tm_do, full(s), 0, i0, h, b);
+            }
+        }
+        return;
+    }
+
+    // ---- consumers
+    hp::setmaxnreg_inc<W::CONSUMER_REGS>();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
+    const int wg = warp / 4;  // this warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc
+    const float sl2 = LOG2E / sqrtf(64.0f);
+    // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
+    // one tile ahead, so a __syncwarp is all the synchronization they need.
+    const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers, (2, 2, Br) floats
+    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
+        mma::cp_async_16(base + ld_w + buf * W::LD_BYTES + 16 * lane,
+                         LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * 2 * FB_BR + 4 * lane, 16);
+        mma::cp_async_commit();
+    };
+    int bh, j0, n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
+    if (item(0, bh, j0)) ld_prefetch(bh, j0, 0);
+    for (int m = 0; item(m, bh, j0); m++) {
+        const int k = m & 1;
+        const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
+        const uint32_t Kw = sK + k * W::KV_BYTES + wg * FB_TILE, Vw = sV + k * W::KV_BYTES + wg * FB_TILE;
+        hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j, V_j of this item have landed
+        float dk[8][4] = {}, dv[8][4] = {};
+        for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++) {
+            const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
+                mma::cp_async_wait<0>();
+                __syncwarp();  // tile q's copy is visible to the warp's lanes, which are all done with the
+                               // other buffer (tile q-1)
+                int nbh = bh, ni0 = i0 + FB_BR;  // the next tile: of this item, or the next item's first
+                bool next = ni0 < T;
+                if (!next) next = item(m + 1, nbh, ni0);
+                if (next) ld_prefetch(nbh, ni0, (q + 1) & 1);
+            };
+            const int s = n % W::STAGES;
+            hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
+            if (i0 + FB_BR <= wg_k0) {
+                ld_next();  // every query of the tile is before every key of this warpgroup: nothing to add
+            } else {
+                const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
+                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * FB_TILE, sdO + s * FB_TILE, L, i0, wk0, key_g, t, sl2, ld_next);
+            }
+            hopper_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
+        }
+        hopper_attention::release(kv_empty(k), lane);  // K_j, V_j too: the item after next may load there
+        fb_store_dkdv(dqkv, dk, dv, key_g, T, bh / NH, bh % NH, NH, t, 1.0f / sqrtf(64.0f));
+    }
+#else
+    (void)tm_q, (void)tm_k, (void)tm_v, (void)tm_do, (void)dqkv, (void)LD, (void)T, (void)NH, (void)BH,
+        (void)section_heads;
+#endif
+}
+
+// The same interface as attention_backward_flash_hopper_ws.
+inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
+                                            const floatX* out, const float* lse, int B, int T, int NH, int HS,
+                                            cudaStream_t stream) {
+    namespace hp = flashgpt2::hopper;
+    using W = FbhWs;
+    attention_backward_check_hopper("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_dq_hopper_launch(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+    const long long C = (long long)NH * HS;
+    // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
+    const CUtensorMap mq = hp::make_strided_head_map(qkv, B, NH, T, HS, T * 3 * C, HS, 3 * C, FB_BR);
+    const CUtensorMap mk = hp::make_strided_head_map(qkv + C, B, NH, T, HS, T * 3 * C, HS, 3 * C, W::BC);
+    const CUtensorMap mv = hp::make_strided_head_map(qkv + 2 * C, B, NH, T, HS, T * 3 * C, HS, 3 * C, W::BC);
+    const CUtensorMap mdo = hp::make_strided_head_map(dout, B, NH, T, HS, T * C, HS, C, FB_BR);
+    static int num_sms = 0;
+    if (!num_sms) {  // the SM count, asked once
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const int BH = B * NH, total = ceil_div(T, W::BC) * BH;
+    const int section_heads = std::max(1, (int)((16u << 20) / ((size_t)T * HS * 4)));  // Q, dO of a section: 16 MB
+    allow_shared_memory(attention_backward_dkdv_ws_kernel, W::SMEM);
+    attention_backward_dkdv_ws_kernel<<<std::min(total, num_sms), W::THREADS, W::SMEM, stream>>>(
+        mq, mk, mv, mdo, dqkv, attention_backward_d_tiles(D, B, NH, T), T, NH, BH, section_heads);
+    cudaCheckLaunch();
+}
+
+}  // namespace flashgpt2
