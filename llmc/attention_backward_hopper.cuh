@@ -36,14 +36,14 @@
 // 4-byte cp.async per thread; the step lost its bounds checks and pointers, ptxas no longer serializes.
 //
 // Measured (NVIDIA H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, L2 flushed, median of 100):
-//                     first version (15:48 UTC)   now (17:30-17:33 UTC)   mma.sync (now)
-//   (64,12,1024,64)   1.124 ms = 229 TFLOP/s      1.073-1.100 ms          1.440-1.474 ms
-//   (16,12,1024,64)   0.304 ms                    0.280 ms = 230 TFLOP/s  0.381-0.398 ms
+//                     first version (15:48 UTC)   now (17:30-17:45 UTC)   mma.sync (now)
+//   (64,12,1024,64)   1.124 ms = 229 TFLOP/s      1.073-1.100 ms          1.420-1.474 ms
+//   (16,12,1024,64)   0.304 ms                    0.280-0.281 ms          0.381-0.405 ms
 //   (8,12,2048,64)    -                           0.484 ms = 266 TFLOP/s  -
-// cuDNN's backward at (64,12,1024,64) measured 257 TFLOP/s in the 15:48 session (sdpa_bench.py); the same
-// comparison on the final code is in doc/attention_backward.md. A warp-specialized dK/dV kernel (a TMA
-// producer warp, two consumer warpgroups with 240 registers, a persistent grid) did not beat this one:
-// dev/attention/backward/3_warp_specialized.cuh.
+// In the 17:45 run (`make bench-attention-bwd`) 1.094 ms = 235.6 TFLOP/s at (64,12,1024,64), and cuDNN's
+// backward 257.5 TFLOP/s in the same session (sdpa_bench.py): 0.91x cuDNN, 1.49x PyTorch's FlashAttention-2.
+// A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups with 240 registers, a
+// persistent grid) did not beat this one: dev/attention/backward/3_warp_specialized.cuh.
 #pragma once
 #include <algorithm>
 #include <cstdint>

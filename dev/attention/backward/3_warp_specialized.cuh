@@ -1,5 +1,5 @@
 // Backward step 3: a warp-specialized dK/dV kernel (FlashAttention-3's structure, Shah et al. 2024,
-// arXiv:2407.08608, §3.1), measured and NOT faster than step 2, the trainer's (llmc/attention_backward_hopper.cuh,
+// arXiv:2407.08608, §3.1), measured and no faster than step 2, the trainer's (llmc/attention_backward_hopper.cuh,
 // whose dQ kernel and dK/dV step, hopper_backward::dkdv_step, it reuses). Kept because why it loses teaches.
 //
 // The idea: step 2's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
@@ -11,11 +11,14 @@
 // Why it does not win at head size 64: once step 2 stopped spilling into serialized wgmmas (see its header),
 // its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls only one of the three;
 // here 8 consumer warps do the math, and the copies the producer takes off their hands were cheap. Measured
-// (H200, 2026-11-29 17:30-17:33 UTC, `./dev/attention/runner bwd B 12 T 64`, whole backward, same dQ kernel):
-//                     this kernel          step 2 (trainer's)
-//   (64,12,1024,64)   1.082-1.108 ms       1.073-1.100 ms
-//   (16,12,1024,64)   0.292-0.293 ms       0.280 ms
-//   (8,12,2048,64)    0.507 ms             0.484 ms
+// (H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, whole backward, same dQ kernel; 17:30-17:33 UTC,
+// and the final run at 17:45, `make bench-attention-bwd`):
+//                     this kernel                    step 2 (trainer's)
+//   (64,12,1024,64)   1.082-1.108 ms; 1.089 (17:45)  1.073-1.100 ms; 1.094 (17:45)
+//   (16,12,1024,64)   0.292-0.293 ms; 0.298          0.280 ms; 0.281
+//   (4,12,1024,64)    0.0949 (17:45)                 0.0959 (17:45)
+//   (8,12,2048,64)    0.507 ms                       0.484 ms
+// A tie at the largest batch, 4-6% slower at (16,12,1024,64), the trainer's B=16 shape: step 2 stays.
 // Variants measured on the way (17:00-17:26, against step 2's first version): one item per block instead of
 // a persistent grid, 1.107-1.258 ms; 3 consumers (160 registers: spills), 1.07-1.27; the next tile's S^T
 // issued before dK completes, 1.193; lse and D loaded from global memory at each step, 1.171; a TMA bulk copy
