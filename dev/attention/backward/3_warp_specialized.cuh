@@ -8,9 +8,10 @@
 // and the grid is persistent (one block per SM, items heaviest first in L2-sized sections; the next item's
 // K_j, V_j land while the last one's dK, dV are stored).
 //
-// Why it does not win at head size 64: once step 2 stopped spilling into serialized wgmmas (see its header),
-// its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls only one of the three;
-// here 8 consumer warps do the math, and the copies the producer takes off their hands were cheap. Measured
+// Why it does not win at head size 64 (our reading, not profiled): once ptxas stopped serializing step 2's
+// wgmmas (see its header), its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls
+// only one of the three; here 8 consumer warps do the math, and the copies the producer takes off their hands
+// were cheap. Measured
 // (H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, whole backward, same dQ kernel; 17:30-17:33 UTC,
 // and the final run at 17:45, `make bench-attention-bwd`):
 //                     this kernel                    step 2 (trainer's)
@@ -38,14 +39,6 @@ namespace flashgpt2 {
 // consumer warp has arrived after its last wgmma on them. K_j, V_j of an item have two slots of their own
 // (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w owns keys
 // 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
-//
-// Measured (H200, 2026-11-29, runner bwd, (64,12,1024,64), the whole backward with the dQ kernel):
-//   step 1's dK/dV kernel (cp.async, 1 warpgroup, 3 blocks/SM) ........ 1.137-1.157 ms
-//   this kernel, one block per item (not persistent) ................... 1.107-1.258 ms
-//   this kernel, 3 consumers (Bc 192, 160 registers: spills) ........... 1.07-1.27 ms
-//   this kernel, the next tile's S^T issued before dK completes ........ 1.193 ms (slower: dropped)
-//   this kernel, persistent, 2 consumers (the trainer's) ............... 1.061-1.067 ms = 242 TFLOP/s
-// (the ranges: separate runs of the same binary, 17:05-17:26 UTC.)
 
 struct FbhWs {
     static constexpr int NC = 2, BC = 64 * NC, STAGES = 4, THREADS = 128 * (NC + 1);
