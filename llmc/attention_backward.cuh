@@ -1,6 +1,7 @@
 // Flash attention backward on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulators), head size 64: the
 // BF16 build's attention_backward_flash on cards other than the H100/H200 (sm_80 on); on those,
-// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.29x, see there). The algorithm is FlashAttention-2's backward (Dao 2023, Alg. 2),
+// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.31-1.37x, see there). The
+// algorithm is FlashAttention-2's backward (Dao 2023, Alg. 2),
 // as in attention_flash.cuh (read that first); here every tile product runs on the tensor cores and every
 // tile travels global -> shared by cp.async, double-buffered, in the swizzled layout of llmc/mma_sync.cuh.
 // Deterministic, no atomics: each output element is summed by one thread in one fixed order, so two runs

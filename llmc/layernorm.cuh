@@ -230,9 +230,10 @@ inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
 // dout*norm, dout into its own dw/db accumulators (shared memory) and the row sums s1, s2; then it reads
 // the row again (from L1/L2, not HBM: it was just read) to write dinp. Only the two accumulators live in
 // shared memory (6 KB per warp, 48 KB per block at C=768), so 4 blocks of 8 warps fit in an SM's shared
-// memory: more warps in flight to hide the loads' latency, which is what bounds this kernel. At the end the block sums its warps (fixed
-// order) into partial_dw/partial_db[blockIdx.x] (G, C). Measured (make compare, H200, 2026-11-29, B=4 T=1024,
-// 25 calls per step): 0.590 ms per step, against 0.920 when 4-warp blocks also cached the row in shared memory.
+// memory: more warps in flight to hide the loads' latency, which is what bounds this kernel. At the end the
+// block sums its warps (fixed order) into partial_dw/partial_db[blockIdx.x] (G, C). Measured (make compare,
+// H200, 2026-11-29, B=4 T=1024, 25 calls per step): 0.590 ms per step, against 0.920 when 4-warp blocks also
+// cached the row in shared memory.
 static __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
