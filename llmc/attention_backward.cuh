@@ -56,15 +56,27 @@ constexpr int fb_dkdv_smem() {  // K_j, V_j staging (16 NW rows each) + Q_i, dO_
 }
 
 // Rows r0..r0+ROWS-1 of a (T, 64) bf16 matrix with rows `stride` elements apart -> a swizzled tile at `tile`;
-// rows >= T are zero-filled. Issues cp.async copies only (the caller commits and waits).
+// rows >= T are zero-filled. Issues cp.async copies only (the caller commits and waits). Thread x copies chunk
+// x % 8 of rows x / 8, x / 8 + NTHREADS / 8, ...: one address computed, then stepped. A tile wholly inside T
+// (all but a head's last) takes no bounds checks: these copies run in every step of the backward's loops, and
+// the checks and selects were a good part of the instructions issued there.
 template <int ROWS, int NTHREADS>
 __device__ __forceinline__ void fb_load_tile(uint32_t tile, const bf16_t* src, int stride, int r0, int T) {
-    static_assert((ROWS * 8) % NTHREADS == 0, "every thread copies the same number of 16-byte chunks");
+    constexpr int N = ROWS * 8 / NTHREADS, RSTEP = NTHREADS / 8;  // chunks per thread, rows between them
+    static_assert((ROWS * 8) % NTHREADS == 0 && RSTEP % 8 == 0, "same chunk count per thread, same swizzle per row step");
+    const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+    const uint32_t dst = mma::swz128(tile, r, c);  // + n RSTEP rows: + n RSTEP 128 bytes (RSTEP is a multiple of 8)
+    if (r0 + ROWS <= T) {
+        const bf16_t* p = src + (size_t)(r0 + r) * stride + 8 * c;
 #pragma unroll
-    for (int n = 0; n < ROWS * 8 / NTHREADS; n++) {
-        const int x = n * NTHREADS + threadIdx.x, r = x / 8, c = x % 8;
-        const bool valid = r0 + r < T;
-        mma::cp_async_16(mma::swz128(tile, r, c), src + (size_t)(valid ? r0 + r : 0) * stride + 8 * c, valid ? 16 : 0);
+        for (int n = 0; n < N; n++) mma::cp_async_16(dst + n * RSTEP * 128, p + (size_t)n * RSTEP * stride, 16);
+    } else {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const int row = r0 + r + n * RSTEP;
+            const bool valid = row < T;
+            mma::cp_async_16(dst + n * RSTEP * 128, src + (size_t)(valid ? row : 0) * stride + 8 * c, valid ? 16 : 0);
+        }
     }
 }
 
@@ -136,13 +148,29 @@ __device__ __forceinline__ float fb_dot2(uint32_t a, uint32_t b) {
 }
 
 // D_i = rowsum(dO_i * O_i) of rows g and g+8, from this lane's partial sums: the quad's four lanes hold a
-// row's 64 columns between them, added in a fixed order. Written to D (B, NH, T) for rows < T.
-__device__ __forceinline__ void fb_finish_D(float (&Di)[2], float* D_h, int row_g, int T, int t) {
+// row's 64 columns between them, added in a fixed order; every lane of the quad ends with the sums.
+__device__ __forceinline__ void fb_finish_D(float (&Di)[2]) {
     for (int r = 0; r < 2; r++) {
         Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 1);
         Di[r] += __shfl_xor_sync(0xffffffffu, Di[r], 2);
-        if (t == 0 && row_g + 8 * r < T) D_h[row_g + 8 * r] = Di[r];
     }
+}
+
+// The dQ kernels' prologue: Q_i, dO_i, O_i of the 64 queries from q0 and K_0, V_0 -> their swizzled tiles
+// (cp.async, committed as one group; the caller waits), and lse of this thread's rows g, g+8 in log2 units
+// (rows >= T: 0). qbase: q of (b, t=0, h) in qkv (k at +C, v at +2C); dout_b, out_b: (b, t=0, h).
+template <int NTHREADS>
+__device__ __forceinline__ void fb_dq_prologue(float (&l2)[2], uint32_t sQ, uint32_t sdO, uint32_t sO, uint32_t sK,
+                                               uint32_t sV, const bf16_t* qbase, const bf16_t* dout_b,
+                                               const bf16_t* out_b, const float* lse_h, int C, int q0, int row_g,
+                                               int T) {
+    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, q0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sdO, dout_b, C, q0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sO, out_b, C, q0, T);
+    fb_load_tile<FB_BC, NTHREADS>(sK, qbase + C, 3 * C, 0, T);
+    fb_load_tile<FB_BC, NTHREADS>(sV, qbase + 2 * C, 3 * C, 0, T);
+    mma::cp_async_commit();
+    for (int r = 0; r < 2; r++) l2[r] = row_g + 8 * r < T ? lse_h[row_g + 8 * r] * LOG2E : 0.0f;
 }
 
 // The epilogues: a warp's accumulator rows (g: c0, c1; g+8: c2, c3; columns 8 dt + 2t) of dQ (rows = queries
@@ -194,14 +222,9 @@ __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
     const int n_tiles = ceil_div(min(q0 + FB_BR, T), FB_BC);     // causal: keys up to the block's last query
     const FbOffsets off(warp, lane);
 
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sQ, qbase, 3 * C, q0, T);
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sdO, dout + obase, C, q0, T);
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sO, out + obase, C, q0, T);
-    fb_load_tile<FB_BC, FB_DQ_THREADS>(sK, qbase + C, 3 * C, 0, T);
-    fb_load_tile<FB_BC, FB_DQ_THREADS>(sV, qbase + 2 * C, 3 * C, 0, T);
-    mma::cp_async_commit();
     float l2[2], Di[2] = {0.0f, 0.0f};  // lse (log2 units) and D of rows g, g+8; rows >= T: 0 (never written)
-    for (int r = 0; r < 2; r++) l2[r] = row_g + 8 * r < T ? lse[(size_t)bh * T + row_g + 8 * r] * LOG2E : 0.0f;
+    fb_dq_prologue<FB_DQ_THREADS>(l2, sQ, sdO, sO, sK, sV, qbase, dout + obase, out + obase, lse + (size_t)bh * T, C,
+                                  q0, row_g, T);
     mma::cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i, O_i and K_0, V_0 are in shared memory for every warp
 
@@ -214,7 +237,9 @@ __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         Di[0] += fb_dot2(doa[kk][0], oa[0]) + fb_dot2(doa[kk][2], oa[2]);  // row g: registers 0 and 2
         Di[1] += fb_dot2(doa[kk][1], oa[1]) + fb_dot2(doa[kk][3], oa[3]);  // row g+8: registers 1 and 3
     }
-    fb_finish_D(Di, D + (size_t)bh * T, row_g, T, t);
+    fb_finish_D(Di);
+    for (int r = 0; r < 2; r++)  // D (B, NH, T), for the dK/dV kernel
+        if (t == 0 && row_g + 8 * r < T) D[(size_t)bh * T + row_g + 8 * r] = Di[r];
 
     float dq[8][4] = {};  // dQ rows g (c0, c1) and g+8 (c2, c3), columns 8 dt + 2t
     for (int j = 0; j < n_tiles; j++) {

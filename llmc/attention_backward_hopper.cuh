@@ -47,6 +47,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "llmc/attention_backward.cuh"
 #include "llmc/attention_hopper.cuh"
@@ -64,11 +65,13 @@ namespace hp = flashgpt2::hopper;
 // the 16-wide k step kk:
 //   K-major: k = tile columns 16kk..16kk+15, 32 bytes into each 128-byte row (the hardware applies the XOR);
 //   MN-major: k = tile rows 16kk..16kk+15, 16 rows of 128 bytes further on.
+// The descriptor's low 14 bits are the start address / 16 (shared memory is < 256 KB, so it never carries
+// out): moving the start by 32 or 2048 bytes is adding 2 or 128 to the tile's descriptor, computed once.
 __device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) {
-    return hp::smem_desc_sw128(tile + 32 * kk, 16, 1024);
+    return hp::smem_desc_sw128(tile, 16, 1024) + 2 * kk;  // = smem_desc_sw128(tile + 32 kk, 16, 1024)
 }
 __device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) {
-    return hp::smem_desc_sw128(tile + kk * 16 * 128, 64 * 128, 1024);
+    return hp::smem_desc_sw128(tile, 64 * 128, 1024) + 128 * kk;  // = smem_desc_sw128(tile + 2048 kk, ...)
 }
 
 // acc (64 x 64, this warpgroup) = A · B^T for A, B two (64, 64) tiles in shared memory (both K-major).
@@ -106,20 +109,24 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], 
     gemm_ss(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
     hp::wgmma_commit();
     meanwhile();
-    const bool diag = i0 < wk0 + 15;  // some query of the tile is before some key of the warp
     hp::wgmma_wait<1>();  // S^T is done
     hp::fence_regs(st);
+    const auto p_t = [&](auto masked) {  // S^T -> P^T in place; the mask only where the tile crosses the diagonal
+        constexpr bool MASK = decltype(masked)::value;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
-        const int c = 8 * nt + 2 * t;  // this thread's columns c, c+1 (queries i0 + c, i0 + c + 1)
-        const float2 l2 = *reinterpret_cast<const float2*>(L + c);
+        for (int nt = 0; nt < 8; nt++) {
+            const int c = 8 * nt + 2 * t;  // this thread's columns c, c+1 (queries i0 + c, i0 + c + 1)
+            const float2 l2 = *reinterpret_cast<const float2*>(L + c);
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = fmaf(st[nt][e], sl2, -(e & 1 ? l2.y : l2.x));
-            if (diag && key_g + 8 * (e >> 1) > i0 + c + (e & 1)) x = -INFINITY;  // causal mask
-            st[nt][e] = frag::fast_exp2(x);                                    // P^T; 0 where masked
+            for (int e = 0; e < 4; e++) {
+                float x = fmaf(st[nt][e], sl2, -(e & 1 ? l2.y : l2.x));
+                if (MASK && key_g + 8 * (e >> 1) > i0 + c + (e & 1)) x = -INFINITY;  // causal mask
+                st[nt][e] = frag::fast_exp2(x);                                       // P^T; 0 where masked
+            }
         }
-    }
+    };
+    if (i0 < wk0 + 15) p_t(std::true_type{});  // some query of the tile is before some key of the warp
+    else p_t(std::false_type{});
     uint32_t pa[4][4], dsa[4][4];
     to_a_frags(pa, st);
     hp::wgmma_fence();      // P^T fragments written by this thread before the wgmma reads them
@@ -145,10 +152,10 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], 
 }  // namespace hopper_backward
 
 // ---------------------------------------------------------------------------------------------------------
-// dQ (and D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
+// dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
 
 static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
-    attention_backward_dq_hopper_kernel(bf16_t* dqkv, float* D, float* LD, const bf16_t* dout, const bf16_t* out,
+    attention_backward_dq_hopper_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = hopper_backward;
@@ -168,14 +175,9 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
     const int n_tiles = ceil_div(min(q0 + FB_BR, T), FB_BC);
     const FbOffsets off(warp, lane);
 
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sQ, qbase, 3 * C, q0, T);
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sdO, dout + obase, C, q0, T);
-    fb_load_tile<FB_BR, FB_DQ_THREADS>(sO, out + obase, C, q0, T);
-    fb_load_tile<FB_BC, FB_DQ_THREADS>(sK, qbase + C, 3 * C, 0, T);
-    fb_load_tile<FB_BC, FB_DQ_THREADS>(sV, qbase + 2 * C, 3 * C, 0, T);
-    mma::cp_async_commit();
     float l2[2], Di[2] = {0.0f, 0.0f};  // lse (log2 units) and D of rows g, g+8; rows >= T: 0
-    for (int r = 0; r < 2; r++) l2[r] = row_g + 8 * r < T ? lse[(size_t)bh * T + row_g + 8 * r] * LOG2E : 0.0f;
+    fb_dq_prologue<FB_DQ_THREADS>(l2, sQ, sdO, sO, sK, sV, qbase, dout + obase, out + obase, lse + (size_t)bh * T, C,
+                                  q0, row_g, T);
     hb::tiles_landed();
     __syncthreads();  // Q_i, dO_i, O_i and K_0, V_0 are in shared memory, visible to every warp and to wgmma
 
@@ -186,8 +188,8 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         Di[0] += fb_dot2(doa[0], oa[0]) + fb_dot2(doa[2], oa[2]);
         Di[1] += fb_dot2(doa[1], oa[1]) + fb_dot2(doa[3], oa[3]);
     }
-    fb_finish_D(Di, D + (size_t)bh * T, row_g, T, t);
-    for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D again, all 64 rows (past T: 0 and 0)
+    fb_finish_D(Di);
+    for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D, all 64 rows (past T: 0 and 0), for the dK/dV kernel
         if (t == 0) {
             float* ld = LD + ((size_t)bh * gridDim.x + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
             ld[0] = l2[r], ld[FB_BR] = Di[r];
@@ -214,17 +216,21 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         hb::gemm_ss(dp, sdO, Vj);  // dP = dO_i V_j^T, a second group: still running during P below
         hp::wgmma_commit();
         const int j0 = j * FB_BC;
-        const bool diag = j0 + FB_BC - 1 > q0 + 16 * warp;  // some key of the tile is after some row of the warp
         hp::wgmma_wait<1>();  // S is done
         hp::fence_regs(s);
+        const auto p = [&](auto masked) {  // S -> P in place; the mask only where the tile crosses the diagonal
+            constexpr bool MASK = decltype(masked)::value;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = fmaf(s[nt][e], sl2, -l2[e >> 1]);
-                if (diag && j0 + 8 * nt + 2 * t + (e & 1) > row_g + 8 * (e >> 1)) x = -INFINITY;  // causal mask
-                s[nt][e] = frag::fast_exp2(x);  // P = exp(S scale - lse); 0 where masked
-            }
+                for (int e = 0; e < 4; e++) {
+                    float x = fmaf(s[nt][e], sl2, -l2[e >> 1]);
+                    if (MASK && j0 + 8 * nt + 2 * t + (e & 1) > row_g + 8 * (e >> 1)) x = -INFINITY;  // causal mask
+                    s[nt][e] = frag::fast_exp2(x);  // P = exp(S scale - lse); 0 where masked
+                }
+        };
+        if (j0 + FB_BC - 1 > q0 + 16 * warp) p(std::true_type{});  // some key of the tile is after some row of the warp
+        else p(std::false_type{});
         hp::wgmma_wait<0>();  // dP is done
         hp::fence_regs(dp);
 #pragma unroll
@@ -243,7 +249,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
     fb_store_dq(dqkv, dq, row_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 #else
     // no sm_90a code: launches are refused on the host
-    (void)dqkv, (void)D, (void)LD, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
+    (void)dqkv, (void)LD, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
 #endif
 }
 
@@ -310,13 +316,23 @@ static __global__ void __launch_bounds__(128, 3)
 // Can it run here: an sm_90a build on an sm_90 device (asked once per process), head size 64.
 inline bool attention_backward_hopper_supports(int HS) { return HS == 64 && hopper_attention::have_sm90a(); }
 
-// The dQ kernel (it also writes D and the per-tile lse·log2(e), D that the dK/dV kernels read).
+// The two kernels, each on its own (the runner also times them apart). D is the workspace of
+// attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile part is used: the dQ kernel
+// writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
 inline void attention_backward_dq_hopper_launch(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
                                                 const floatX* out, const float* lse, int B, int T, int NH,
                                                 cudaStream_t stream) {
     allow_shared_memory(attention_backward_dq_hopper_kernel, FBH_DQ_SMEM);
     attention_backward_dq_hopper_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, FBH_DQ_SMEM, stream>>>(
-        dqkv, D, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
+        dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
+    cudaCheckLaunch();
+}
+inline void attention_backward_dkdv_hopper_launch(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
+                                                  int B, int T, int NH, cudaStream_t stream) {
+    constexpr int smem = 6 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, (lse, D) x 2, alignment
+    allow_shared_memory(attention_backward_dkdv_hopper_kernel, smem);
+    attention_backward_dkdv_hopper_kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
+        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
     cudaCheckLaunch();
 }
 
@@ -336,11 +352,7 @@ inline void attention_backward_flash_hopper(floatX* dqkv, float* D, const floatX
                                             cudaStream_t stream) {
     attention_backward_check_hopper("attention_backward_flash_hopper", dqkv, dout, qkv, out, B, NH, HS);
     attention_backward_dq_hopper_launch(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
-    constexpr int smem = 6 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, (lse, D) x 2, alignment
-    allow_shared_memory(attention_backward_dkdv_hopper_kernel, smem);
-    attention_backward_dkdv_hopper_kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
-        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
-    cudaCheckLaunch();
+    attention_backward_dkdv_hopper_launch(dqkv, D, dout, qkv, B, T, NH, stream);
 }
 
 }  // namespace flashgpt2

@@ -136,8 +136,9 @@ inline void attention_forward_flash_scalar(floatX* out, float* lse, const floatX
 
 // The flash backward's D buffer (workspace): D (B, NH, T) = rowsum(dO * O), then, from a 512-byte boundary,
 // lse·log2(e) and D again per 64-query tile, (B, NH, ceil(T / 64), 2, 64) floats, 0 for queries past T. The
-// second part only the Hopper backward uses: its dQ kernel writes both, and a dK/dV step copies its tile's
-// 128 floats with cp.async, no bounds checks (attention_backward_hopper.cuh says why).
+// mma.sync and scalar backwards use the first part; the Hopper backward only the second: its dQ kernel writes
+// it, and a dK/dV step copies its tile's 128 floats with cp.async, no bounds checks
+// (attention_backward_hopper.cuh says why).
 inline size_t attention_backward_d_floats(int B, int NH, int T) {
     const size_t bh = (size_t)B * NH;
     return ceil_div(bh * T, (size_t)128) * 128 + bh * ceil_div(T, 64) * 128;

@@ -11,7 +11,8 @@
 // backward.md has the steps): the warp-specialized one (dev/attention/backward/3_warp_specialized.cuh) and
 // the mma.sync one (attention_backward.cuh, with both of its dK/dV blocks, 8 and 4 warps). Then all are timed
 // (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward: 2.5x
-// the forward's 4·B·H·T²·D/2.
+// the forward's 4·B·H·T²·D/2. On an H100/H200 the Hopper backward's two kernels are also timed apart (each
+// alone, L2 flushed: where its time goes).
 // No shape: odd shapes T = 1, 2, 37, 257, 1000 at HS 64 (and 257 at HS 128, the fp32-arithmetic fallback)
 // are validated, then (4,12,1024,64) is validated and timed.
 // Included by runner.cu after its helpers (Shape, DeviceBuffer, parse_int, card_name, kPeakBf16).
@@ -220,16 +221,28 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     if (!timed || !ok) return ok;
 
     const double flops = attention_backward_flops(s.B, s.NH, s.T, s.HS);
-    const auto time_one = [&](const std::string& what, const std::function<void()>& run) {
+    const auto time_one = [&](const std::string& what, const std::function<void()>& run, bool whole = true) {
         harness::BenchOpts opts;
         const harness::Timing t = harness::benchmark(run, stream, opts);
         const double tf = flops / (t.median_ms * 1e9);
+        if (!whole) {  // one kernel of a backward: its time only (the FLOP count is the whole backward's)
+            printf("  time %s %s: %.4f ms  [median of %d, L2 flushed]\n", what.c_str(), s.str().c_str(), t.median_ms, t.reps);
+            return;
+        }
         printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)  [median of %d, L2 flushed]\n",
                what.c_str(), s.str().c_str(), t.median_ms, tf, 100 * tf / kPeakBf16, kPeakBf16, t.reps);
     };
     time_one("attention_backward_naive (bf16)", naive_bwd);
     time_one(flash_name, flash_bwd);
     for (const auto& [what, run] : others) time_one(what, run);
+    if (attention_backward_hopper_supports(s.HS)) {  // where the Hopper backward's time goes: its kernels apart
+        time_one("attention_backward_flash (hopper): its dQ kernel alone", [&, D] {
+            attention_backward_dq_hopper_launch(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, stream);
+        }, false);
+        time_one("attention_backward_flash (hopper): its dK/dV kernel alone", [&, D] {
+            attention_backward_dkdv_hopper_launch(dqkvp, D, doutp, qkvp, s.B, s.T, s.NH, stream);
+        }, false);
+    }
     return ok;
 }
 
