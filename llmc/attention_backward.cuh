@@ -1,6 +1,6 @@
 // Flash attention backward on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulators), head size 64: the
 // BF16 build's attention_backward_flash on cards other than the H100/H200 (sm_80 on); on those,
-// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.31-1.37x, see there). The
+// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.53-1.60x, see there). The
 // algorithm is FlashAttention-2's backward (Dao 2023, Alg. 2),
 // as in attention_flash.cuh (read that first); here every tile product runs on the tensor cores and every
 // tile travels global -> shared by cp.async, double-buffered, in the swizzled layout of llmc/mma_sync.cuh.
@@ -63,7 +63,8 @@ constexpr int fb_dkdv_smem() {  // K_j, V_j staging (16 NW rows each) + Q_i, dO_
 template <int ROWS, int NTHREADS>
 __device__ __forceinline__ void fb_load_tile(uint32_t tile, const bf16_t* src, int stride, int r0, int T) {
     constexpr int N = ROWS * 8 / NTHREADS, RSTEP = NTHREADS / 8;  // chunks per thread, rows between them
-    static_assert((ROWS * 8) % NTHREADS == 0 && RSTEP % 8 == 0, "same chunk count per thread, same swizzle per row step");
+    static_assert((ROWS * 8) % NTHREADS == 0 && RSTEP % 8 == 0,
+                  "the same chunk count per thread, the same swizzle at every row step");
     const int r = threadIdx.x / 8, c = threadIdx.x % 8;
     const uint32_t dst = mma::swz128(tile, r, c);  // + n RSTEP rows: + n RSTEP 128 bytes (RSTEP is a multiple of 8)
     if (r0 + ROWS <= T) {

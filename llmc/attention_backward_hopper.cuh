@@ -35,13 +35,21 @@
 // lse·log2(e) and D per 64-query tile, 128 floats with zeros past T, which the dK/dV kernel copies with one
 // 4-byte cp.async per thread; the step lost its bounds checks and pointers, ptxas no longer serializes.
 //
+// Then instructions decide it: Nsight Compute found the schedulers issuing in under half their cycles with
+// fewer than one warp ready, and a dQ step was 420 instructions per warp, some 75 of them the causal mask
+// (compiled as predicated selects into every step) and many more the cp.async addresses with their bounds
+// checks. Now only tiles crossing the diagonal take the masked path, fb_load_tile steps one address with no
+// checks for tiles inside T, and a wgmma descriptor is computed once per tile and stepped by addition: a
+// third fewer instructions, same bits (doc/attention/backward.md has the counts).
+//
 // Measured (NVIDIA H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, L2 flushed, median of 100):
-//                     first version (15:48 UTC)   now (17:30-17:45 UTC)   mma.sync (now)
-//   (64,12,1024,64)   1.124 ms = 229 TFLOP/s      1.073-1.100 ms          1.420-1.474 ms
-//   (16,12,1024,64)   0.304 ms                    0.280-0.281 ms          0.381-0.405 ms
-//   (8,12,2048,64)    -                           0.484 ms = 266 TFLOP/s  -
-// In the 17:45 run (`make bench-attention-bwd`) 1.094 ms = 235.6 TFLOP/s at (64,12,1024,64), and cuDNN's
-// backward 257.5 TFLOP/s in the same session (sdpa_bench.py): 0.91x cuDNN, 1.49x PyTorch's FlashAttention-2.
+//                     first version   wgmmas not serialized   fewer instructions   mma.sync
+//                     (15:48 UTC)     (17:30-17:45)           (19:11-19:26)        (19:26)
+//   (64,12,1024,64)   1.124 ms        1.073-1.100 ms          0.917-0.975 ms       1.430-1.447 ms
+//   (16,12,1024,64)   0.304 ms        0.280-0.281 ms          0.247-0.249 ms       0.382-0.399 ms
+//   (8,12,2048,64)    -               0.484 ms                0.415 ms = 310 TFLOP/s
+// In the 19:26 run (`make bench-attention-bwd`) 0.917 ms = 281.1 TFLOP/s at (64,12,1024,64), and cuDNN's
+// backward 259.2 TFLOP/s in the same session (sdpa_bench.py): 1.08x cuDNN, 1.79x PyTorch's FlashAttention-2.
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups with 240 registers, a
 // persistent grid) did not beat this one: dev/attention/backward/3_warp_specialized.cuh.
 #pragma once
