@@ -135,7 +135,7 @@ inline void attention_forward_flash_scalar(floatX* out, float* lse, const floatX
 // backward
 
 // The flash backward's D buffer (workspace): D (B, NH, T) = rowsum(dO * O), then, from a 512-byte boundary,
-// lse·log2(e) and D again per 64-query tile, (B, NH, ceil(T / 64), 2, 64) floats, 0 for queries past T. The
+// lse·log2(e) and D per 64-query tile, (B, NH, ceil(T / 64), 2, 64) floats, 0 for queries past T. The
 // mma.sync and scalar backwards use the first part; the Hopper backward only the second: its dQ kernel writes
 // it, and a dK/dV step copies its tile's 128 floats with cp.async, no bounds checks
 // (attention_backward_hopper.cuh says why).
