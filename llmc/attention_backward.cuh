@@ -1,6 +1,6 @@
 // Flash attention backward on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulators), head size 64: the
 // BF16 build's attention_backward_flash on cards other than the H100/H200 (sm_80 on); on those,
-// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.53-1.60x, see there). The
+// attention_backward_hopper.cuh, the same two kernels on wgmma, replaces it (1.56-1.63x, see there). The
 // algorithm is FlashAttention-2's backward (Dao 2023, Alg. 2),
 // as in attention_flash.cuh (read that first); here every tile product runs on the tensor cores and every
 // tile travels global -> shared by cp.async, double-buffered, in the swizzled layout of llmc/mma_sync.cuh.

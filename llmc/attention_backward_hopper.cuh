@@ -40,16 +40,19 @@
 // (compiled as predicated selects into every step) and many more the cp.async addresses with their bounds
 // checks. Now only tiles crossing the diagonal take the masked path, fb_load_tile steps one address with no
 // checks for tiles inside T, and a wgmma descriptor is computed once per tile and stepped by addition: a
-// third fewer instructions, same bits (doc/attention/backward.md has the counts).
+// third fewer instructions, same bits (doc/attention/backward.md has the counts). Then the dQ kernel, down to
+// 122 registers, was given 4 blocks per SM: O_i, read once for D, is staged in K's second buffer.
 //
 // Measured (NVIDIA H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, L2 flushed, median of 100):
-//                     first version   wgmmas not serialized   fewer instructions   mma.sync
-//                     (15:48 UTC)     (17:30-17:45)           (19:11-19:26)        (19:26)
-//   (64,12,1024,64)   1.124 ms        1.073-1.100 ms          0.917-0.975 ms       1.430-1.447 ms
-//   (16,12,1024,64)   0.304 ms        0.280-0.281 ms          0.247-0.249 ms       0.382-0.399 ms
+//                     first version   wgmmas not serialized   fewer instructions   dQ 4 per SM   mma.sync
+//                     (15:48 UTC)     (17:30-17:45)           (19:11-19:26)        (20:25)       (20:25)
+//   (64,12,1024,64)   1.124 ms        1.073-1.100 ms          0.917-0.975 ms       0.892 ms      1.455-1.456 ms
+//   (16,12,1024,64)   0.304 ms        0.280-0.281 ms          0.247-0.249 ms       0.245 ms      0.382-0.400 ms
 //   (8,12,2048,64)    -               0.484 ms                0.415 ms = 310 TFLOP/s
-// In the 19:26 run (`make bench-attention-bwd`) 0.917 ms = 281.1 TFLOP/s at (64,12,1024,64), and cuDNN's
-// backward 259.2 TFLOP/s in the same session (sdpa_bench.py): 1.08x cuDNN, 1.79x PyTorch's FlashAttention-2.
+// In the 20:25 run (`make bench-attention-bwd`) 0.892 ms = 289.0 TFLOP/s at (64,12,1024,64), and cuDNN's
+// backward 257.6 TFLOP/s in the same session (sdpa_bench.py): 1.12x cuDNN, 1.83x PyTorch's FlashAttention-2.
+// (The step from 0.917 to 0.892 is within what we see from run to run: the unchanged dK/dV kernel alone
+// measured 0.571-0.576 ms at 19:11 and 0.631 at 20:25.)
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups with 240 registers, a
 // persistent grid) did not beat this one: dev/attention/backward/3_warp_specialized.cuh.
 #pragma once
@@ -63,7 +66,7 @@
 
 namespace flashgpt2 {
 
-constexpr int FBH_DQ_SMEM = FB_DQ_SMEM + 1024;  // the mma.sync dQ kernel's tiles + alignment room
+constexpr int FBH_DQ_SMEM = 6 * FB_TILE + 1024;  // Q_i, dO_i, K_j and V_j x 2 buffers (O_i in K's second) + alignment
 
 namespace hopper_backward {
 
@@ -162,7 +165,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], 
 // ---------------------------------------------------------------------------------------------------------
 // dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
 
-static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
+static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
     attention_backward_dq_hopper_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -171,8 +174,9 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
     constexpr int HS = 64;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t sQ = (mma::smem_u32(fbh_smem) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
-    const uint32_t sdO = sQ + FB_TILE, sO = sdO + FB_TILE;          // Q_i, dO_i, O_i (Br, HS)
-    const uint32_t sK = sO + FB_TILE, sV = sK + 2 * FB_TILE;        // K_j, V_j (Bc, HS), buffer b at + b * FB_TILE
+    const uint32_t sdO = sQ + FB_TILE;                              // Q_i, dO_i (Br, HS)
+    const uint32_t sK = sdO + FB_TILE, sV = sK + 2 * FB_TILE;       // K_j, V_j (Bc, HS), buffer b at + b * FB_TILE
+    const uint32_t sO = sK + FB_TILE;  // O_i (Br, HS), read once for D, in K's buffer 1 before K_1 lands there
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -197,6 +201,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 2)
         Di[1] += fb_dot2(doa[1], oa[1]) + fb_dot2(doa[3], oa[3]);
     }
     fb_finish_D(Di);
+    __syncthreads();  // every warp has read O_i: K_1 may land on it (the first step's copies)
     for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D, all 64 rows (past T: 0 and 0), for the dK/dV kernel
         if (t == 0) {
             float* ld = LD + ((size_t)bh * gridDim.x + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
