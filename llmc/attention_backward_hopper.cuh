@@ -45,14 +45,14 @@
 //
 // Measured (NVIDIA H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, L2 flushed, median of 100):
 //                     first version   wgmmas not serialized   fewer instructions   dQ 4 per SM   mma.sync
-//                     (15:48 UTC)     (17:30-17:45)           (19:11-19:26)        (20:25)       (20:25)
+//                     (15:48 UTC)     (17:30-17:45)           (19:11-19:26)        (20:26)       (20:26)
 //   (64,12,1024,64)   1.124 ms        1.073-1.100 ms          0.917-0.975 ms       0.892 ms      1.455-1.456 ms
 //   (16,12,1024,64)   0.304 ms        0.280-0.281 ms          0.247-0.249 ms       0.245 ms      0.382-0.400 ms
 //   (8,12,2048,64)    -               0.484 ms                0.415 ms = 310 TFLOP/s
-// In the 20:25 run (`make bench-attention-bwd`) 0.892 ms = 289.0 TFLOP/s at (64,12,1024,64), and cuDNN's
+// In the 20:26 run (`make bench-attention-bwd`) 0.892 ms = 289.0 TFLOP/s at (64,12,1024,64), and cuDNN's
 // backward 257.6 TFLOP/s in the same session (sdpa_bench.py): 1.12x cuDNN, 1.83x PyTorch's FlashAttention-2.
 // (The step from 0.917 to 0.892 is within what we see from run to run: the unchanged dK/dV kernel alone
-// measured 0.571-0.576 ms at 19:11 and 0.631 at 20:25.)
+// measured 0.571-0.576 ms at 19:11 and 0.631 at 20:26.)
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups with 240 registers, a
 // persistent grid) did not beat this one: dev/attention/backward/3_warp_specialized.cuh.
 #pragma once

@@ -21,7 +21,7 @@
 //   (8,12,2048,64)    0.507 ms                       0.484 ms
 // A tie at the largest batch, 4-6% slower at (16,12,1024,64), the trainer's B=16 shape: step 2 stays. Since
 // then step 2 has lost a third of its instructions (the mask only on diagonal tiles, unchecked copy addresses;
-// this kernel shares the first through dkdv_step): 20:25 UTC, 1.046 against 0.892 ms at (64,12,1024,64),
+// this kernel shares the first through dkdv_step): 20:26 UTC, 1.046 against 0.892 ms at (64,12,1024,64),
 // 0.274 against 0.245 at (16,12,1024,64).
 // Variants measured on the way (17:00-17:26, against step 2's first version): one item per block instead of
 // a persistent grid, 1.107-1.258 ms; 3 consumers (160 registers: spills), 1.07-1.27; the next tile's S^T
