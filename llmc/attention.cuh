@@ -54,7 +54,7 @@ inline size_t attention_workspace_bytes(Variant v, int B, int T, int C, int NH) 
     const size_t btc = ws_round((size_t)B * T * C * sizeof(floatX)), tt = (size_t)B * NH * T * T;
     if (v == Variant::naive)  // q,k,v + O/dO permuted + dq,dk,dv; S/dP in fp32; dS
         return 7 * btc + ws_round(tt * sizeof(float)) + ws_round(tt * sizeof(floatX));
-    return ws_round(attention_backward_d_floats(B, NH, T) * sizeof(float));  // D = rowsum(dO * O), twice
+    return ws_round(attention_backward_d_floats(B, NH, T) * sizeof(float));  // D = rowsum(dO * O), per row and tile
 }
 
 // ---------------------------------------------------------------------------------------------------------

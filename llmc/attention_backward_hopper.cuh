@@ -56,7 +56,6 @@
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups with 240 registers, a
 // persistent grid) did not beat this one: dev/attention/backward/3_warp_specialized.cuh.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 

@@ -213,7 +213,7 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     printf("  %s %s: second run %s\n", flash_name.c_str(), s.str().c_str(),
            same ? "bit-identical: PASS" : "DIFFERS: FAIL (not deterministic)");
     bool ok = base.ok && fl.ok && same;
-    for (const auto& [what, run] : others) {  // (the Hopper blocks do the same products in the same order)
+    for (const auto& [what, run] : others) {  // every step does the same products in the same order
         ok = check(what, run, harness::Rule::Bf16, &base.tensors).ok && ok;
         cudaCheck(cudaMemcpy(again.data(), d_dqkv.p, again.size(), cudaMemcpyDeviceToHost));
         printf("  %s %s: %s the trainer's bits\n", what.c_str(), s.str().c_str(), again == first ? "the same as" : "differs from");
