@@ -5,8 +5,9 @@
 // And the global gradient norm for clipping: sum of squares, deterministic (fixed-order reductions).
 //
 // naive: one launch per parameter tensor (16 for GPT-2), each with its own weight decay; the norm likewise.
-// flash: one launch over the whole flat parameter buffer; each thread finds its tensor (<= 16 offsets, in
-//        the kernel's parameter space) for the decay flag. Same arithmetic, 16x fewer launches and tails.
+// flash: one launch over the whole flat parameter buffer, 4 parameters per thread with vector loads; each
+//        thread finds its tensor (<= 16 offsets, in the kernel's parameter space) for the decay flag. Same
+//        arithmetic, 16x fewer launches and tails. The norm: one launch with 16-byte loads.
 #pragma once
 #include <array>
 #include <cmath>
@@ -52,16 +53,21 @@ inline AdamWStep adamw_step_constants(const AdamWHyper& hp) {
             1.0f - std::pow(hp.beta2, (float)hp.t), hp.grad_scale};
 }
 
+// The update of one parameter p with gradient g; m, v updated in place. Returns the new p.
+__device__ __forceinline__ float adamw_math(float g, float& m, float& v, float p, const AdamWStep& s, float wd) {
+    g *= s.grad_scale;
+    m = s.beta1 * m + (1.0f - s.beta1) * g;
+    v = s.beta2 * v + (1.0f - s.beta2) * g * g;
+    return p - s.lr * ((m / s.c1) / (sqrtf(v / s.c2) + s.eps) + wd * p);
+}
+
 // One parameter. master == nullptr: params (fp32 build) hold the weights themselves.
 __device__ __forceinline__ void adamw_one(float* master, floatX* params, const floatX* grads, float* m, float* v,
                                           size_t i, const AdamWStep& s, float wd) {
-    const float g = to_float(grads[i]) * s.grad_scale;
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    float mi = m[i], vi = v[i];
+    const float p = adamw_math(to_float(grads[i]), mi, vi, master ? master[i] : to_float(params[i]), s, wd);
     m[i] = mi;
     v[i] = vi;
-    float p = master ? master[i] : to_float(params[i]);
-    p -= s.lr * ((mi / s.c1) / (sqrtf(vi / s.c2) + s.eps) + wd * p);
     if (master) master[i] = p;
     params[i] = from_float<floatX>(p);
 }
@@ -104,25 +110,60 @@ struct ParamLayoutDevice {  // ParamLayout, passed by value to the kernel
     float wd[NUM_PARAMETER_TENSORS];
 };
 
+// ADAMW_VEC consecutive parameters per thread: m, v and the master weights move as 16-byte loads and stores,
+// the bf16 grads and params as 8-byte ones (fp32 build: 16). Same arithmetic per parameter as the naive kernel.
+// Measured (H200, 2026-11-29 21:50 UTC, GPT-2 124M, a scratch benchmark): 1.301 ms with one parameter per
+// thread, 1.010 ms this way (28 bytes per parameter: 3.45 TB/s). The norm: 0.190 -> 0.065 ms with 16-byte loads.
+constexpr int ADAMW_VEC = 4;
+template <class T>
+struct alignas(ADAMW_VEC * sizeof(T)) Vec4 {
+    T v[ADAMW_VEC];
+};
+
 static __global__ void adamw_flash_kernel(float* master, floatX* params, const floatX* grads, float* m, float* v,
                                    ParamLayoutDevice layout, AdamWStep s) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= layout.offset[layout.count]) return;
+    const size_t n = layout.offset[layout.count];
+    const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * ADAMW_VEC;
+    if (i0 >= n) return;
     int t = 0;
-    while (i >= layout.offset[t + 1]) t++;  // which tensor: <= 16 compares
-    adamw_one(master, params, grads, m, v, i, s, layout.wd[t]);
+    while (i0 >= layout.offset[t + 1]) t++;  // which tensor: <= 16 compares
+    if (i0 + ADAMW_VEC > n) {  // the last n % ADAMW_VEC parameters, one at a time
+        for (size_t i = i0; i < n; i++) {
+            while (i >= layout.offset[t + 1]) t++;
+            adamw_one(master, params, grads, m, v, i, s, layout.wd[t]);
+        }
+        return;
+    }
+    Vec4<float> mv = *reinterpret_cast<const Vec4<float>*>(m + i0), vv = *reinterpret_cast<const Vec4<float>*>(v + i0);
+    const Vec4<floatX> gv = *reinterpret_cast<const Vec4<floatX>*>(grads + i0);
+    Vec4<float> pv;
+    if (master) pv = *reinterpret_cast<const Vec4<float>*>(master + i0);
+    else for (int e = 0; e < ADAMW_VEC; e++) pv.v[e] = to_float(params[i0 + e]);
+    Vec4<floatX> out;
+    for (int e = 0; e < ADAMW_VEC; e++) {
+        while (i0 + e >= layout.offset[t + 1]) t++;  // a tensor may end inside the group
+        pv.v[e] = adamw_math(to_float(gv.v[e]), mv.v[e], vv.v[e], pv.v[e], s, layout.wd[t]);
+        out.v[e] = from_float<floatX>(pv.v[e]);
+    }
+    *reinterpret_cast<Vec4<float>*>(m + i0) = mv;
+    *reinterpret_cast<Vec4<float>*>(v + i0) = vv;
+    if (master) *reinterpret_cast<Vec4<float>*>(master + i0) = pv;
+    *reinterpret_cast<Vec4<floatX>*>(params + i0) = out;
 }
 
 inline void adamw_update_flash(float* master, floatX* params, const floatX* grads, float* m, float* v,
                                const ParamLayout& layout, const AdamWHyper& hp, cudaStream_t stream) {
     adamw_check(master);
+    if (!aligned16(m) || !aligned16(v) || (master && !aligned16(master)) || !aligned16(params) || !aligned16(grads))
+        fail("adamw_update_flash: parameter, gradient and optimizer buffers must be 16-byte aligned");
     ParamLayoutDevice d{};
     d.count = layout.count;
     for (int t = 0; t <= layout.count; t++) d.offset[t] = layout.offset[t];
     for (int t = 0; t < layout.count; t++) d.wd[t] = layout.decay[t] ? hp.weight_decay : 0.0f;
     const size_t n = layout.total();
     if (n == 0) return;
-    adamw_flash_kernel<<<grid_for(n, 256), 256, 0, stream>>>(master, params, grads, m, v, d, adamw_step_constants(hp));
+    adamw_flash_kernel<<<grid_for(ceil_div<size_t>(n, ADAMW_VEC), 256), 256, 0, stream>>>(master, params, grads, m, v,
+                                                                                          d, adamw_step_constants(hp));
     cudaCheckLaunch();
 }
 
@@ -166,10 +207,28 @@ inline void global_norm_squared_naive(float* out, void* ws, const floatX* grads,
     cudaCheckLaunch();
 }
 
+// flash: 16-byte loads, a grid-stride loop over whole chunks of X128; the last n % X128 go to block 0.
+static __global__ void __launch_bounds__(NORM_THREADS)
+    norm_squared_partial_flash_kernel(float* partial, const floatX* g, size_t n) {
+    const size_t chunks = n / X128;
+    float s = 0.0f;
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += (size_t)gridDim.x * blockDim.x) {
+        const Packed128<floatX> x = load128(g + c * X128);
+        for (int e = 0; e < X128; e++) s += to_float(x[e]) * to_float(x[e]);
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % X128) {
+        const float x = to_float(g[chunks * X128 + threadIdx.x]);
+        s += x * x;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
 inline void global_norm_squared_flash(float* out, void* ws, const floatX* grads, const ParamLayout& layout,
                                       cudaStream_t stream) {
+    if (!aligned16(grads)) fail("global_norm_squared_flash: gradients must be 16-byte aligned");
     float* partial = WorkspaceCarver(ws).take<float>(NORM_BLOCKS);  // (NORM_BLOCKS)
-    norm_squared_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(partial, grads, layout.total());
+    norm_squared_partial_flash_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(partial, grads, layout.total());
     cudaCheckLaunch();
     norm_squared_final_kernel<<<1, NORM_THREADS, 0, stream>>>(out, partial, NORM_BLOCKS);
     cudaCheckLaunch();

@@ -31,7 +31,6 @@ inline bool attention_flash_mma_supports(int HS) { return HS == 64; }
 
 constexpr int FM_BR = 64, FM_BC = 64;  // query rows per block, key rows per tile (16 per warp)
 constexpr int FM_THREADS = 128, FM_PAD = 8;
-constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo: the lower column index

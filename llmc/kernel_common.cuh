@@ -24,6 +24,9 @@ template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 
+// exp(x) = exp2(x log2 e): softmax kernels work in log2 units, one multiply-add and the hardware's exp2.
+constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
 // ---- 16 bytes of T as one load/store: 4 floats or 8 bf16. One instruction instead of 4 or 8. ----
 template <class T>
 struct alignas(16) Packed128 {

@@ -146,7 +146,9 @@ inline void print_kernel_registry(FILE* f) {
          "one fused pass per row: online softmax, loss, dlogits written in place over the logits"},
         {"adamw", "adamw_update_naive",
          "one launch per parameter tensor (16), grad norm per tensor",
-         "adamw_update_flash", "one launch over all parameters; grad norm in one launch (both deterministic)"},
+         "adamw_update_flash",
+         "one launch over all parameters, 4 per thread (16-byte loads); grad norm in one launch (both "
+         "deterministic)"},
     };
     fprintf(f, "%-11s %-38s %s\n", "layer", "kernel", "what it does");
     for (const Row& r : rows) {

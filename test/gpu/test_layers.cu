@@ -109,8 +109,13 @@ TEST_CASE("encoder: forward and backward, naive and flash") {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// A wider row for layernorm: several 256-channel sweeps (BF16; 128 in FP32) and a partial last one.
+const Shape LN_EXTRA_SHAPE = {2, 9, 1288, 1, 50, 64};
+
 TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive and flash") {
-    for (const Shape& s : SHAPES) {
+    std::vector<Shape> shapes(std::begin(SHAPES), std::end(SHAPES));
+    shapes.push_back(LN_EXTRA_SHAPE);
+    for (const Shape& s : shapes) {
         const int N = s.B * s.T, C = s.C;
         const size_t NC = (size_t)N * C;
         const std::string tag = name_of(s);
@@ -177,14 +182,15 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
         Dev<char> ws(ws_bytes(s));
         put(d_dout, dout), put(d_mean, mean_f), put(d_rstd, rstd_f);
         std::vector<double> dinp[2], dw[2], db[2];
-        std::vector<unsigned char> first;
+        std::vector<unsigned char> first, first_db;
         for (int k = 0; k < 3; k++) {  // naive, flash, flash again (determinism)
             const KernelSet ks = KernelSet::all(VARIANTS[std::min(k, 1)]);
             put(d_dinp, dinp0), put(d_dw, dw0), put(d_db, db0);
             layernorm_backward(ks, d_dinp, d_dw, d_db, ws, d_dout, d_a, d_w, d_mean, d_rstd, N, C, 0);
             if (k < 2) dinp[k] = get(d_dinp), dw[k] = get(d_dw), db[k] = get(d_db);
-            if (k == 1) first = bytes(d_dw);
-            if (k == 2) CHECK_MESSAGE(first == bytes(d_dw), "layernorm_backward_flash is not deterministic " << tag);
+            if (k == 1) first = bytes(d_dw), first_db = bytes(d_db);
+            if (k == 2) CHECK_MESSAGE((first == bytes(d_dw) && first_db == bytes(d_db)),
+                                      "layernorm_backward_flash is not deterministic " << tag);
         }
         check_naive_flash("layernorm dinp " + tag, dinp[0], dinp[1], dinp_ref);
         check_naive_flash("layernorm dw " + tag, dw[0], dw[1], dw_ref);
@@ -262,7 +268,7 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
     mm_naive_gelu_flash.gelu = Variant::flash;
     const KernelSet sets[4] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash};
     std::vector<double> out[4], pre[4], dinp[4], dw[4], db[4];
-    std::vector<unsigned char> first;
+    std::vector<unsigned char> first, first_db;
     for (int k = 0; k < 5; k++) {  // k = 4: flash again, for determinism
         const KernelSet& ks = sets[k == 4 ? 1 : k];
         d_out.poison(), d_pre.poison(), d_dinp.poison();
@@ -274,12 +280,13 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
                         gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC, 0);
         if (k == 4) {
             CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
+            if (bias) CHECK_MESSAGE(first_db == bytes(d_db), "matmul_backward_flash dbias is not deterministic " << tag);
             break;
         }
         out[k] = get(d_out), dinp[k] = get(d_dinp), dw[k] = get(d_dw);
         if (gelu) pre[k] = get(d_pre);
         if (bias) db[k] = get(d_db);
-        if (k == 1) first = bytes(d_dw);
+        if (k == 1) first = bytes(d_dw), first_db = bytes(d_db);
     }
     const char* names[4] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)"};
     for (int k = 1; k < 4; k++) {
