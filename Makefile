@@ -205,6 +205,10 @@ r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 nf-layers: build/train_gpt2cu_bf16 data
 	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
 
+# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel, against the wall-clock step; writes doc/step_profile.md (~25 s on an H200)
+profile-step: build/train_gpt2cu_bf16 data
+	OUT=log/profile-step bash scripts/gpu.d/45_profile_step.sh
+
 # distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/distributed.md and the README table (~2 min on 2 H200s)
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
 	OUT=log/distributed bash scripts/gpu.d/60_distributed.sh
@@ -220,4 +224,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers distributed all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help
