@@ -245,7 +245,8 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
                     0, stream);
     if (dbias) {
         if (OC % X128 != 0 || !aligned16(dout))
-            fail("matmul_backward_flash: dbias reads 16-byte rows: OC=%d must be a multiple of %d", OC, X128);
+            fail("matmul_backward_flash: dbias reads 16-byte rows: OC=%d must be a multiple of %d and dout 16-byte aligned",
+                 OC, X128);
         const int S = dbias_splits(N);
         float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
         matmul_backward_dbias_partial_kernel<<<dim3(ceil_div(OC, DBIAS_COLS), S), DBIAS_WARPS * 32, 0, stream>>>(
