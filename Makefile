@@ -193,7 +193,7 @@ compare: build/train_gpt2cu_$(prec) data
 	cp log/compare.md doc/compare.md
 	bash scripts/readme_table.sh doc/compare.md compare
 
-# bench-train: the training acceptance runs (R1, naive vs flash at B=4, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~4.5 min on an H200)
+# bench-train: the training acceptance runs (R1, naive vs flash in B=4 micro-batches, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~8 min on an H200)
 bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 	OUT=log/bench-train bash scripts/gpu.d/40_train.sh
 
@@ -205,7 +205,7 @@ r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 nf-layers: build/train_gpt2cu_bf16 data
 	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
 
-# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel, against the wall-clock step; writes doc/step_profile.md (~25 s on an H200)
+# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/step_profile.md (~40 s on an H200)
 profile-step: build/train_gpt2cu_bf16 data
 	OUT=log/profile-step bash scripts/gpu.d/45_profile_step.sh
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Where do the BF16 naive and flash trajectories part (40_train.sh's B=4 pair)? One layer naive at a time, every
-# other layer flash, same seed, B=4 T=1024, 20 steps, each run's train losses against the all-flash run's; and
+# Where do the BF16 naive and flash trajectories part (40_train.sh's diagnostic pair at 4,096 tokens per step,
+# one micro-batch of B=4, with its loss spike at step 7)? One layer naive at a time, every other layer flash,
+# same seed, B=4 T=1024, 20 steps, each run's train losses against the all-flash run's; and
 # flash against itself (the trainer is deterministic). Writes doc/naive_vs_flash.md, spliced into README.md
 # between the naive-vs-flash markers. Wall time about 110 s on the H200 (2026-11-29; the naive matmul ~45 s).
 set -uo pipefail
