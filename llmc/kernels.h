@@ -185,9 +185,11 @@ inline size_t attention_saved_bytes(const KernelSet& ks, int B, int T, int NH) {
 // Throws flashgpt2::Error when a kernel in the set cannot run this shape (call once at setup).
 inline void check_kernel_support(const KernelSet& ks, int C, int NH) {
     attention_check_shape(ks.attention, C, NH);
-    if ((ks.encoder == Variant::flash || ks.layernorm == Variant::flash) && C % X128 != 0)
-        fail("channels %d: the flash encoder and layernorm read 16-byte vectors, so channels must be a multiple of "
-             "%d (or use --encoder naive --layernorm naive)", C, X128);
+    // (the flash matmul's dbias reads rows of C, 3C and 4C channels as 16-byte vectors)
+    if ((ks.encoder == Variant::flash || ks.layernorm == Variant::flash || ks.matmul == Variant::flash) &&
+        C % X128 != 0)
+        fail("channels %d: the flash encoder, layernorm and matmul read 16-byte vectors, so channels must be a "
+             "multiple of %d (or use --encoder naive --layernorm naive --matmul naive)", C, X128);
 }
 
 // ---------------------------------------------------------------------------------------------------------

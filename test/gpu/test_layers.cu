@@ -52,6 +52,10 @@ TEST_CASE("kernel registry: --kernels, per-layer overrides, bad names") {
     KernelSet flash_but_attention = KernelSet{};
     flash_but_attention.attention = Variant::naive;  // 34 channels: not a whole number of 16-byte vectors
     CHECK_THROWS_WITH_AS(check_kernel_support(flash_but_attention, 34, 2), doctest::Contains("multiple of"), Error);
+    KernelSet only_matmul_flash = KernelSet::all(Variant::naive);  // the flash matmul's dbias reads 16-byte rows too
+    only_matmul_flash.matmul = Variant::flash;
+    CHECK_THROWS_WITH_AS(check_kernel_support(only_matmul_flash, 34, 2), doctest::Contains("--matmul naive"), Error);
+    CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 34, 2));
 
     char* text = nullptr;
     size_t len = 0;
