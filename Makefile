@@ -205,7 +205,7 @@ r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 nf-layers: build/train_gpt2cu_bf16 data
 	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
 
-# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/step_profile.md (~40 s on an H200)
+# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/step_profile.md (~35 s on an H200)
 profile-step: build/train_gpt2cu_bf16 data
 	OUT=log/profile-step bash scripts/gpu.d/45_profile_step.sh
 

@@ -41,7 +41,7 @@ def main():
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
     if start is None:
         sys.exit(f"step_profile.py: {sys.argv[1]}: no ncu CSV header (\"ID\",...) found")
-    kernels, hz = [], {}  # (name, ms) in launch order; SM clock by launch ID
+    kernels, hz = [], {}  # (name, ms, launch ID) in launch order; SM clock (Hz) by launch ID
     for r in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         value = float(r["Metric Value"].replace(",", ""))
         if r.get("Metric Name") == "gpu__time_duration.sum":

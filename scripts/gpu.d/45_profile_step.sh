@@ -4,8 +4,9 @@
 # 100 ms; then 3 steps under Nsight Compute with two metrics per kernel (gpu__time_duration and the SM clock,
 # sm__cycles_elapsed.avg.per_second), the card's clocks and caches left as they are. scripts/step_profile.py
 # keeps the last step and writes doc/step_profile.md (per layer and per kernel, and the two clocks: ncu runs
-# one kernel at a time, with idle time between them, so its kernels may see a higher clock than the same
-# kernels back to back). Needs ncu (Nsight Compute) on the PATH. Wall time about 25 s on the H200 (2026-11-29).
+# one kernel at a time, with idle time between them, and the clocks say whether its kernels ran faster than the
+# same kernels back to back). Needs ncu (Nsight Compute) on the PATH. Wall time about 35 s on the H200
+# (2026-11-29).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -19,7 +20,7 @@ timeout 120 $bin "${common[@]}" -x 60 -o "$OUT/profile_wall" > "$OUT/profile_wal
   { kill $smi; tail -n 3 "$OUT/profile_wall.txt"; exit 1; }
 kill $smi
 wall=$(awk '/^summary:/ { for (i = 1; i < NF; i++) if ($(i+1) == "ms/step") print $i }' "$OUT/profile_wall.txt")
-# the samples while it trained: from the first to the last at or above 100 W more than the idle first sample
+# the samples while it trained: from the first to the last that draws more than 100 W above the idle first one
 clocks=$(awk -F', *' 'NR == 1 { idle = $2 } { mhz[NR] = $1; w[NR] = $2; if ($2 > idle + 100) { if (!a) a = NR; b = NR } }
   END { for (i = a; i <= b && a; i++) { m += mhz[i]; p += w[i]; n++ }
         if (n) printf "%.0f %.0f %d", m / n, p / n, n }' "$OUT/profile_smi.csv")
