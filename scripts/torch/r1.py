@@ -7,62 +7,21 @@
 # order of the 18 contiguous B*T+1-token batches of the train file) and the same val protocol as llm.c (the
 # first B*T+1 tokens of the val file, before the update of steps 0, 10, ..., 250). bf16 autocast, fp32 weights.
 # The generators differ from ours, so the same seed gives a different init and order: compare curves, not bits.
+# The model is common.py's GPT (the one gpt2_train.py times), here without vocabulary padding: wte has
+# exactly the 50,257 GPT-2 rows and the loss is over them.
 #
-# Usage (on the GPU machine): python3 scripts/torch_r1.py [seed ...]   prints "seed S step N val X" lines.
-import array, math, struct, sys, time
-import torch, torch.nn as nn, torch.nn.functional as F
+# Usage (on the GPU machine, from the repository root): python3 scripts/torch/r1.py [seed ...]   (default: 42)
+# prints the header line (common.header_line), then "seed S step N val X" lines and one time line per seed.
+import math
+import time
+
+import torch
+
+import common
 
 L, NH, C, V, T, B, STEPS = 12, 12, 768, 50257, 1024, 16, 250
 LR, WARMUP, FINAL_FRAC, WD, CLIP = 6e-4, 20, 0.1, 0.1, 1.0
 DATA = "data/tinyshakespeare/tiny_shakespeare_"
-
-
-def load_tokens(path):  # llm.c's token file: 256 int32 header (magic 20240520, version 1, count), then uint16
-    with open(path, "rb") as f:
-        data = f.read()
-    magic, version, n = struct.unpack("<3i", data[:12])
-    if magic != 20240520 or version != 1 or len(data) < 1024 + 2 * n:
-        sys.exit(f"Error: {path}: not a version-1 token file of {n} tokens")
-    tokens = array.array("H")
-    tokens.frombytes(data[1024:1024 + 2 * n])
-    return torch.tensor(tokens, dtype=torch.int64)
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.attproj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, dim=2))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-        x = x + self.attproj(y)
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.blocks = nn.ModuleList(Block() for _ in range(L))
-        self.lnf = nn.LayerNorm(C)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * L) if "proj" in name else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("weight"):  # layernorm
-                nn.init.ones_(p)
-            else:
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe.weight[:T]
-        for blk in self.blocks:
-            x = blk(x)
-        logits = F.linear(self.lnf(x), self.wte.weight)  # the LM head is wte
-        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
 
 
 def lr_at(step):
@@ -74,11 +33,8 @@ def lr_at(step):
 
 def run(seed, train, val):
     torch.manual_seed(seed)
-    model = GPT().cuda()
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    model = common.GPT(L, NH, C, V, V, T).cuda()
+    opt = torch.optim.AdamW(common.decay_groups(model, WD), lr=LR, betas=(0.9, 0.95), eps=1e-8, fused=True)
     nbatches = (len(train) - 1) // (B * T)
     gen = torch.Generator().manual_seed(seed)
     order, pos = [], 0
@@ -110,7 +66,12 @@ def run(seed, train, val):
 
 
 if __name__ == "__main__":
+    parser = common.Parser(description="Recipe R1 in PyTorch: val loss every 10 steps (see the header comment).")
+    parser.add_argument("seeds", metavar="seed", type=int, nargs="*", default=[42], help="seeds to run (default 42)")
+    args = parser.parse_args()
+    common.require_cuda()
+    print(common.header_line(), flush=True)
     torch.backends.cuda.matmul.allow_tf32 = True
-    train, val = load_tokens(DATA + "train.bin"), load_tokens(DATA + "val.bin")
-    for s in sys.argv[1:] or ["42"]:
-        run(int(s), train, val)
+    train, val = common.load_tokens(DATA + "train.bin", V), common.load_tokens(DATA + "val.bin", V)
+    for s in args.seeds:
+        run(s, train, val)
