@@ -2,7 +2,8 @@
 #   - fail() and Parser: bad input gets one line on stderr and exit status 1 (argparse's own error prints two);
 #   - header_line(): the first output line of every script, naming PyTorch, CUDA and the device;
 #   - median_kernel_ms() times one kernel (or one library call): CUDA events around each repetition, a 256 MB
-#     write before each to flush the L2 cache, warm-up first, the median of many repetitions;
+#     write before each to flush the L2 cache, then a short GPU spin that hides the host's launch latency,
+#     warm-up first, the median of many repetitions;
 #   - median_step_ms() times a sequence run back to back (a training step): events between the steps, no sync,
 #     no flush, so the time is what the GPU sustains, launch gaps included;
 #   - describe_failure() and free_cuda_memory(): an out-of-memory configuration becomes one "out of memory"
@@ -77,6 +78,11 @@ def header_line(*extra):
 # ---- timing ----
 
 L2_FLUSH_BYTES = 256 << 20  # well over the H200's 50 MB L2: writing it evicts whatever a kernel left there
+# After a synchronization the GPU is idle, so a start event recorded then would also time how long the host
+# takes to launch the call (PyTorch's dispatch, the autograd engine: tens of microseconds, a large part of a
+# 50-microsecond kernel). A spin kernel of about half a millisecond (at the H200's ~2 GHz), queued before the
+# start event, keeps the GPU busy while the host launches: the call is queued before the GPU reaches the event.
+LAUNCH_COVER_CYCLES = 1_000_000
 _l2_flush_buffer = None
 
 
@@ -95,6 +101,7 @@ def median_kernel_ms(run, before=None, warmup=5, max_reps=100, min_reps=10, budg
         if before is not None:
             before()
         flush_l2()
+        torch.cuda._sleep(LAUNCH_COVER_CYCLES)
 
     for _ in range(warmup):
         prepare()
@@ -153,9 +160,9 @@ def describe_failure(err):
 def free_cuda_memory():
     """Give back what the last configuration held: its Python objects (call after the exception that ended it
     is gone: its traceback holds the tensors), torch.compile's caches and graphs, and the cached GPU blocks."""
-    import torch._dynamo
+    if "torch._dynamo" in sys.modules:  # imported by torch.compile; its caches may hold the compiled model
+        sys.modules["torch._dynamo"].reset()
     gc.collect()
-    torch._dynamo.reset()
     torch.cuda.empty_cache()
 
 

@@ -13,8 +13,8 @@
 # retain_graph=True) with one fixed random dout, q/k/v's grads cleared (untimed) before each.
 #
 # How it times (common.median_kernel_ms): CUDA events around each call, 5 warm-up calls, the L2 flushed (a
-# 256 MB write) before every call, the median of up to --reps repetitions (at least 10; it stops early once
-# 2 s are spent).
+# 256 MB write) before every call and the GPU kept busy while the host launches it, the median of up to --reps
+# repetitions (at least 10; it stops early once 2 s are spent).
 #
 # FLOPs (the FlashAttention papers' convention for causal attention: the two T x T matmuls, 2 FLOPs per
 # multiply-add, halved for the causal mask): forward 4*B*H*T*T*D / 2, backward 2.5 x forward (five matmuls
@@ -92,7 +92,7 @@ def time_backend(q, k, v, dout, backend, reps):
 
 def no_kernel_reason(err, caught):
     """A backend that cannot run a shape raises "No available kernel" and says why in warnings: one line."""
-    why = "; ".join(" ".join(str(w.message).split()) for w in caught)
+    why = " ".join(" ".join(str(w.message).split()) for w in caught)
     return f"no available kernel: {why[:200]}" if why else common.describe_failure(err)
 
 
@@ -113,7 +113,7 @@ def bench_row(shape, name, reps, seed):
         warnings.simplefilter("always")
         try:
             fwd_ms, bwd_ms = time_backend(*random_inputs(shape, seed), BACKENDS[name], reps)
-        except RuntimeError as err:
+        except Exception as err:  # out of memory, or the backend cannot run the shape: a row, then the next
             if common.is_out_of_memory(err):
                 return label + "failed: out of memory"
             return label + "failed: " + no_kernel_reason(err, caught)

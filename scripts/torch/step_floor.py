@@ -105,7 +105,7 @@ def floor_line(args, B):
             step_ms = timed_ms(floor.step, args.warmup, args.reps)
             parts = [timed_ms(part, args.warmup, args.reps)
                      for part in (floor.block_matmuls, floor.lm_head_matmuls, floor.attention)]
-    except RuntimeError as err:
+    except Exception as err:  # out of memory, or cuDNN refusing the shape: a row, then the next batch size
         why = common.describe_failure(err)
         return label + (why if why == "out of memory" else "failed: " + why), why != "out of memory"
     tok_s = B * args.seq_len / (step_ms * 1e-3)
