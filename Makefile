@@ -6,7 +6,7 @@ SHELL := /bin/bash
 
 # ---------------------------------------------------------------------------------------------------------
 # Toolchain and header-only dependencies. Debian's packages put them in /usr/include; on the GPU machine
-# a staged copy is used instead (scripts/gpu_run.sh sets these to .gpu-carry/include/...).
+# a staged copy is used instead (scripts/lent_gpu.sh sets these to .gpu-carry/include/...).
 CXX         ?= g++
 NVCC        ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 EIGEN_INC   ?= /usr/include/eigen3
@@ -91,8 +91,9 @@ test: build/test_cpu data
 	./build/test_cpu
 
 # ---------------------------------------------------------------------------------------------------------
-# CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions.
-LLMC_CUH := $(wildcard llmc/*.cuh llmc/*.h llmc/ref/*.h)
+# CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions. Every GPU target below runs
+# on the machine it is typed on; scripts/lent_gpu.sh is only the wrapper for the project's lent, remote GPU.
+LLMC_CUH := $(wildcard llmc/*.cuh llmc/*.h llmc/*/*.cuh llmc/*/*.h)
 TEST_GPU_SRC := $(wildcard test/gpu/*.cu)
 
 # NCCL, for multi-GPU data parallel training (llmc/distributed.h): the CUDA toolkit's, else the pip wheel's
@@ -141,15 +142,17 @@ build/test_gpu_fp32: $(TEST_GPU_OBJ_fp32)
 build/test_gpu_%:
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
 
-dev/attention/runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
+# The attention runner (dev/attention/runner is the script that builds it when needed and runs it).
+build/attention_runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
+	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 
 # The Hopper self-test checks rung 7's data path alone (TMA, swizzle, wgmma descriptors): run it when rung 7 fails.
-build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu dev/attention/forward/7_hopper_wgmma.cuh dev/attention/attention.cuh $(LLMC_CUH)
+build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu $(wildcard dev/attention/*.cuh dev/attention/forward/*.cuh) $(LLMC_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $< -o $@
 
-CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 dev/attention/runner build/hopper_ptx_selftest
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest
 
 # cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
 cuda: $(CUDA_BINS)
@@ -160,16 +163,15 @@ test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
 	./build/test_gpu_bf16
 
 # dev-attention: build the attention ladder runner (./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
-dev-attention: dev/attention/runner
+dev-attention: build/attention_runner
 
-# bench-attention: validate and time every attention rung on the anchor shapes; writes doc/attention_forward.{csv,md,png} and the README table (ANCHORS=sdpa_bench.py log adds the FA2/cuDNN columns)
-bench-attention: dev/attention/runner
-	./dev/attention/runner bench $(if $(ANCHORS),--anchors $(ANCHORS)) --out doc
-	bash scripts/readme_table.sh doc/attention_forward.md attention-forward
+# bench-attention: validate and time every attention rung on the anchor shapes beside PyTorch's FA2 and cuDNN (scripts/torch/sdpa_bench.py in the same run, when PyTorch is installed); writes doc/results/attention_forward.{csv,md,png}, the README table and each rung page's "Measured" block
+bench-attention: build/attention_runner
+	OUT=log/bench-attention bash scripts/bench/20_attention_forward.sh
 
-# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/attention_backward.md and the README table (~65 s on an H200)
-bench-attention-bwd: dev/attention/runner
-	OUT=log/bench-attention-bwd bash scripts/gpu.d/22_attention_backward.sh
+# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/results/attention_backward.md and the README table (~65 s on an H200)
+bench-attention-bwd: build/attention_runner
+	OUT=log/bench-attention-bwd bash scripts/bench/22_attention_backward.sh
 
 # ---------------------------------------------------------------------------------------------------------
 # The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
@@ -187,38 +189,38 @@ train: data
 	  $(MAKE) --no-print-directory build/train_gpt2 && ./build/train_gpt2 $(TRAIN_ARGS); \
 	fi
 
-# compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes doc/compare.md and the README table
+# compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes doc/results/compare.md and the README table
 compare: build/train_gpt2cu_$(prec) data
 	./build/train_gpt2cu_$(prec) --compare -i $(DATA_DIR)/tiny_shakespeare_train.bin -o log $(COMPARE_ARGS)
-	cp log/compare.md doc/compare.md
-	bash scripts/readme_table.sh doc/compare.md compare
+	cp log/compare.md doc/results/compare.md
+	bash scripts/readme_table.sh doc/results/compare.md compare
 
-# bench-train: the training acceptance runs (R1, naive vs flash in B=4 micro-batches, throughput at B=16/64 beside PyTorch when it is installed); writes doc/training.md and the README table (~8 min on an H200)
+# bench-train: the training acceptance runs (R1, naive vs flash in B=4 micro-batches, throughput at B=16/64 beside PyTorch when it is installed); writes doc/results/training.md and the README table (~8 min on an H200)
 bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
-	OUT=log/bench-train bash scripts/gpu.d/40_train.sh
+	OUT=log/bench-train bash scripts/bench/40_train.sh
 
-# r1-spread: recipe R1 over several seeds, ours in BF16 and FP32 and PyTorch's (scripts/torch_r1.py); writes doc/r1_spread.md and the README table (~6 min on an H200)
+# r1-spread: recipe R1 over several seeds, ours in BF16 and FP32 and PyTorch's (scripts/torch/r1.py); writes doc/results/r1_spread.md and the README table (~6 min on an H200)
 r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
-	OUT=log/r1-spread bash scripts/gpu.d/41_r1_spread.sh
+	OUT=log/r1-spread bash scripts/bench/41_r1_spread.sh
 
-# nf-layers: where the BF16 naive and flash trajectories part: one layer naive at a time against all-flash, B=4, 20 steps; writes doc/naive_vs_flash.md and the README table (~2 min on an H200)
+# nf-layers: where the BF16 naive and flash trajectories part: one layer naive at a time against all-flash, B=4, 20 steps; writes doc/results/naive_vs_flash.md and the README table (~2 min on an H200)
 nf-layers: build/train_gpt2cu_bf16 data
-	OUT=log/nf-layers bash scripts/gpu.d/42_nf_layers.sh
+	OUT=log/nf-layers bash scripts/bench/42_nf_layers.sh
 
-# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/step_profile.md (~35 s on an H200)
+# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/results/step_profile.md (~35 s on an H200)
 profile-step: build/train_gpt2cu_bf16 data
-	OUT=log/profile-step bash scripts/gpu.d/45_profile_step.sh
+	OUT=log/profile-step bash scripts/bench/45_profile_step.sh
 
-# distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/distributed.md and the README table (~2 min on 2 H200s)
+# distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/results/distributed.md and the README table (~2 min on 2 H200s)
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
-	OUT=log/distributed bash scripts/gpu.d/60_distributed.sh
+	OUT=log/distributed bash scripts/bench/60_distributed.sh
 
 # all: data, every CPU and CUDA program
 all: data build/test_cpu build/train_gpt2 cuda
 
 # clean: remove build outputs (keeps data/ and checkpoints)
 clean:
-	rm -rf build dev/attention/runner
+	rm -rf build
 
 # help: list the targets
 help:

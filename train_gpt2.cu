@@ -13,12 +13,8 @@
 // with a reduce-scatter, each rank steps its ZeRO-1 slice of the optimizer, and an all-gather shares the new
 // weights. Rank 0 prints, logs, samples and writes the model file; every rank writes its optimizer slice.
 // Included with TESTING defined (test/gpu/test_model.cu), it provides everything but main().
-#ifndef EIGEN_NO_CUDA
-#define EIGEN_NO_CUDA  // the reference is host code: keep Eigen's CUDA paths out of nvcc's way
-#endif
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -27,63 +23,40 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/checkpoint_cuda.h"
-#include "llmc/common.cuh"
-#include "llmc/config.h"
-#include "llmc/dataloader.h"
-#include "llmc/distributed.h"
-#include "llmc/error.h"
-#include "llmc/fileio.h"
-#include "llmc/kernels.h"
-#include "llmc/kvcache.cuh"
-#include "llmc/logger.h"
-#include "llmc/model.cuh"
-#include "llmc/profile.h"
-#include "llmc/ref/gpt2.h"  // ref::GPT2::init_random: the same initial weights as the CPU trainer and the oracle
-#include "llmc/sampler.h"
-#include "llmc/schedule.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_options.h"
+#include "llmc/checkpoint.h"        // defines: model files, TrainState, DONE_<step> markers
+#include "llmc/checkpoint_cuda.h"   // defines: save/load of the model and optimizer state from the GPU
+#include "llmc/common.cuh"          // defines: cudaCheck, floatX
+#include "llmc/config.h"            // defines: GPT2Config, -e dN presets, flops_per_token
+#include "llmc/dataloader.h"        // defines: DataLoader (llm.c's shards, shuffle, resumable position)
+#include "llmc/distributed.h"       // defines: Distributed (NCCL, ZeRO-1), launch_ranks
+#include "llmc/error.h"             // defines: fail, run_main
+#include "llmc/fileio.h"            // defines: write_file_atomic
+#include "llmc/init.h"              // defines: gpt2_initial_weights (llm.c's random init)
+#include "llmc/kernels.h"           // defines: KernelSet, the layer ops, print_kernel_registry
+#include "llmc/kvcache.cuh"         // defines: Decoder (sampling with a KV cache)
+#include "llmc/logger.h"            // defines: Logger (main.log)
+#include "llmc/model.cuh"           // defines: GPT2Model: its buffers, forward, backward, update
+#include "llmc/peak.h"              // defines: the card's peak FLOP/s (MFU)
+#include "llmc/profile.h"           // defines: LayerProfiler
+#include "llmc/profile_report.h"    // defines: the --compare table
+#include "llmc/sampler.h"           // defines: Rng, sample_top_k
+#include "llmc/schedule.h"          // defines: lr_cosine
+#include "llmc/tokenizer.h"         // defines: Tokenizer
+#include "llmc/train_options.h"     // defines: TrainOptions, parse_args, print_help
 
 namespace flashgpt2 {
 
 // ---------------------------------------------------------------------------------------------------------
-// Model shapes and cost.
+// The card and the model.
 
-// -e dN: GPT-2's shapes by depth, head size 64 throughout (d12 = GPT-2 small 124M, d24 = medium, ...);
-// below 12 layers one head per layer, llm.c's "d6 = 384 channels, 6 heads" pattern.
-inline std::optional<GPT2Config> config_from_depth(const std::string& init) {
-    if (init.size() < 2 || init[0] != 'd' || init.find_first_not_of("0123456789", 1) != std::string::npos)
-        return std::nullopt;
-    const int depth = std::atoi(init.c_str() + 1);
-    GPT2Config c;  // maxT 1024, V 50257, Vp 50304
-    c.num_layers = depth;
-    if (depth >= 1 && depth <= 12) c.num_heads = depth;
-    else if (depth == 24) c.num_heads = 16;
-    else if (depth == 36) c.num_heads = 20;
-    else if (depth == 48) c.num_heads = 25;
-    else fail("-e %s: no GPT-2 shape for depth %d (use d1..d12, d24, d36, d48, or a checkpoint file)", init.c_str(), depth);
-    c.channels = 64 * c.num_heads;
-    return c;
-}
-
-// Training FLOPs per token: 6 per parameter (forward 2, backward 4) plus attention's QK^T and PV, 12·L·C·T
-// (forward 4·L·C·T without the causal halving, times 3 for forward + backward) — the nanoGPT / PaLM count that
-// gives ≈ 860 MFLOP per token for GPT-2 124M at T=1024, as in the shared anchors.
-inline double flops_per_token(const GPT2Config& c, int T) {
-    return 6.0 * (double)num_parameters(c) + 12.0 * c.num_layers * c.channels * (double)T;
-}
-
-// The peak that MFU is measured against. BF16: 790 TFLOP/s, the bf16 matmul ceiling measured on the H200
-// (shared anchors). FP32: 67 TFLOP/s, the H200 datasheet's fp32 (non-tensor-core) peak: the FP32 build runs
-// true fp32 GEMMs, no TF32.
+// The peak that MFU is measured against (llmc/peak.h): the bf16 matmul ceiling, or fp32's for the FP32 build,
+// which runs true fp32 GEMMs (no TF32).
 #if defined(ENABLE_FP32)
-constexpr double PEAK_FLOPS = 67e12;
-constexpr const char* PEAK_NAME = "67 TFLOP/s H200 fp32 datasheet";
+constexpr double PEAK_FLOPS = PEAK_FP32_TFLOPS * 1e12;
+constexpr const char* PEAK_NAME = PEAK_FP32_NAME;
 #else
-constexpr double PEAK_FLOPS = 790e12;
-constexpr const char* PEAK_NAME = "790 TFLOP/s H200 bf16 matmul ceiling";
+constexpr double PEAK_FLOPS = PEAK_BF16_TFLOPS * 1e12;
+constexpr const char* PEAK_NAME = PEAK_BF16_NAME;
 #endif
 
 inline void ensure_gpu(int device = 0) {
@@ -105,11 +78,7 @@ inline size_t gpu_memory_used() {
 
 // The initial weights: GPT-2's random init (the oracle's, so GPU, CPU and the tests start alike), or a file.
 inline std::vector<float> initial_params(const TrainOptions& o, const GPT2Config& cfg) {
-    if (config_from_depth(o.init)) {
-        ref::GPT2<float> init(cfg);
-        init.init_random(o.seed);
-        return std::move(init.params);
-    }
+    if (config_from_depth(o.init)) return gpt2_initial_weights(cfg, o.seed);
     std::vector<float> params;
     load_checkpoint(o.init, params);
     return params;
@@ -320,9 +289,17 @@ inline TrainResult train(const TrainOptions& o) {
 
     const double fpt = flops_per_token(cfg, o.T);
     const double peak = PEAK_FLOPS * dist.world;  // tok/s counts every GPU's tokens, so MFU is against all of them
+    // the run's header: stdout and main.log say which kernels run, attention's engines per pass included
+    const std::string kernels_line = std::string("kernels: ") + o.kernels.str() + "; attention: " +
+                                     attention_kernels_str(model.ks, cfg.channels / cfg.num_heads);
+    char head[512];
+    snprintf(head, sizeof head, "device: %s (%.1f GiB), precision %s, %s", prop.name, gib(prop.totalGlobalMem),
+             PRECISION_NAME, kernels_line.c_str());
+    log.log_comment(head);
+    log.log_comment("model: " + config_str(cfg) + ", batch B=" + std::to_string(o.B) + " T=" + std::to_string(o.T) +
+                    ", " + std::to_string(tokens_per_step) + " tokens per step");
     if (!quiet) {
-        printf("device: %s (%.1f GiB), precision %s, kernels: %s\n", prop.name, gib(prop.totalGlobalMem),
-               PRECISION_NAME, o.kernels.str().c_str());
+        printf("%s\n", head);
         if (dist.active())
             printf("data parallel: %d GPU(s), NCCL %s, ZeRO-1: %zu optimizer parameters per GPU\n", dist.world,
                    dist.world == 1 ? "1-rank communicator" : "reduce-scatter + all-gather", model.shard_size);
@@ -409,18 +386,11 @@ inline TrainResult train(const TrainOptions& o) {
 
 constexpr int COMPARE_TIMED = 3, COMPARE_PROFILED = 2;
 
-struct CompareResult {
-    KernelSet ks;
-    double fwd_ms[NUM_LAYERS_TIMED] = {}, bwd_ms[NUM_LAYERS_TIMED] = {};  // per step
-    double step_ms = 0.0, tok_per_s = 0.0;
-    size_t peak_memory = 0, planned = 0;
-    std::vector<float> losses;
-};
-
-inline CompareResult compare_one(const TrainOptions& o, const GPT2Config& cfg, const std::vector<float>& init,
-                                 Variant variant) {
-    CompareResult r;
+inline SetProfile compare_one(const TrainOptions& o, const GPT2Config& cfg, const std::vector<float>& init,
+                              Variant variant) {
+    SetProfile r;
     r.ks = KernelSet::all(variant);
+    r.attention = attention_kernels_str(r.ks, cfg.channels / cfg.num_heads);
     DataLoader loader(o.train_glob, o.B, o.T, true, o.seed, cfg.vocab_size);
     GPT2Model model(cfg, r.ks, o.B, o.T);
     model.set_params(init);
@@ -441,29 +411,13 @@ inline CompareResult compare_one(const TrainOptions& o, const GPT2Config& cfg, c
         prof.collect();
     }
     model.prof = nullptr;
-    for (int l = 0; l < NUM_LAYERS_TIMED; l++) {
-        r.fwd_ms[l] = prof.ms((Layer)l, Pass::forward) / COMPARE_PROFILED;
-        r.bwd_ms[l] = prof.ms((Layer)l, Pass::backward) / COMPARE_PROFILED;
+    for (int l = 0; l < NUM_LAYERS; l++) {
+        r.fwd_ms[l] = prof.ms(layer_at(l), Pass::forward) / COMPARE_PROFILED;
+        r.bwd_ms[l] = prof.ms(layer_at(l), Pass::backward) / COMPARE_PROFILED;
     }
     r.tok_per_s = (double)o.B * o.T / (r.step_ms / 1e3);
     r.peak_memory = gpu_memory_used();
     return r;
-}
-
-// "12.34" or, for a layer with no op of its own in this set, what happened to it.
-inline std::string ms_cell(double ms, Layer layer, Pass pass, const KernelSet& ks) {
-    char s[48];
-    if (ms > 0.0) snprintf(s, sizeof s, "%.3f", ms);
-    else if (layer == Layer::residual && pass == Pass::forward && ks.layernorm == Variant::flash) snprintf(s, sizeof s, "in layernorm");
-    else if (layer == Layer::gelu && ks.matmul == Variant::flash) snprintf(s, sizeof s, "in matmul");
-    else snprintf(s, sizeof s, "-");
-    return s;
-}
-inline std::string ratio_cell(double naive, double flash) {
-    char s[32];
-    if (naive > 0.0 && flash > 0.0) snprintf(s, sizeof s, "%.1fx", naive / flash);
-    else snprintf(s, sizeof s, "-");
-    return s;
 }
 
 inline void run_compare(TrainOptions o) {
@@ -481,50 +435,12 @@ inline void run_compare(TrainOptions o) {
     printf("compare: %s, %s, B=%d T=%d, %s, seed %llu: 1 warm-up + %d timed + %d profiled steps per kernel set\n",
            prop.name, config_str(cfg).c_str(), o.B, o.T, PRECISION_NAME, o.seed, COMPARE_TIMED, COMPARE_PROFILED);
     fflush(stdout);
-    const CompareResult naive = compare_one(o, cfg, init, Variant::naive);
-    const CompareResult flash = compare_one(o, cfg, init, Variant::flash);
-
-    std::string md;
-    auto line = [&md](const char* fmt, ...) {
-        char buf[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        md += buf;
-    };
-    line("**naive vs flash kernels: one training step of %s**\n\n", config_str(cfg).c_str());
-    char date[32];
-    const time_t now = time(nullptr);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    line("%s, %s, %s build, B=%d T=%d (%d tokens per step), seed %llu. Per-layer ms per step: CUDA events around every op, "
-         "mean of %d profiled steps. Step ms: wall clock, mean of %d unprofiled steps after a warm-up step. "
-         "Command: `make compare` (train_gpt2cu --compare).\n\n",
-         prop.name, date, PRECISION_NAME, o.B, o.T, o.B * o.T, o.seed, COMPARE_PROFILED, COMPARE_TIMED);
-    line("| layer | naive fwd ms | flash fwd ms | ratio | naive bwd ms | flash bwd ms | ratio |\n");
-    line("|---|---:|---:|---:|---:|---:|---:|\n");
-    for (int l = 0; l < NUM_LAYERS_TIMED; l++) {
-        const Layer L = (Layer)l;
-        line("| %s | %s | %s | %s | %s | %s | %s |\n", LAYER_NAMES[l], ms_cell(naive.fwd_ms[l], L, Pass::forward, naive.ks).c_str(),
-             ms_cell(flash.fwd_ms[l], L, Pass::forward, flash.ks).c_str(), ratio_cell(naive.fwd_ms[l], flash.fwd_ms[l]).c_str(),
-             ms_cell(naive.bwd_ms[l], L, Pass::backward, naive.ks).c_str(), ms_cell(flash.bwd_ms[l], L, Pass::backward, flash.ks).c_str(),
-             ratio_cell(naive.bwd_ms[l], flash.bwd_ms[l]).c_str());
-    }
-    line("\n| whole step | naive | flash | ratio |\n|---|---:|---:|---:|\n");
-    line("| step ms | %.2f | %.2f | %.1fx |\n", naive.step_ms, flash.step_ms, naive.step_ms / flash.step_ms);
-    line("| tok/s | %.0f | %.0f | %.1fx |\n", naive.tok_per_s, flash.tok_per_s, flash.tok_per_s / naive.tok_per_s);
-    line("| peak GPU memory GiB (device-wide) | %.2f | %.2f | %.1fx |\n", gib(naive.peak_memory), gib(flash.peak_memory),
-         (double)naive.peak_memory / flash.peak_memory);
-    line("| planned by the trainer GiB | %.2f | %.2f | %.1fx |\n", gib(naive.planned), gib(flash.planned),
-         (double)naive.planned / flash.planned);
-    line("\nNotes: the classifier row is softmax + loss + dlogits, done in the forward pass by both sets. The adamw row is "
-         "the optimizer step (grad norm + update). \"in layernorm\" / \"in matmul\": the flash set fuses the residual "
-         "add into the layernorm kernel and the GELU into the matmul epilogue, so they have no time of their own.\n\n");
-    line("Train loss per step (same seed, same data): naive");
-    for (float x : naive.losses) line(" %.4f", x);
-    line("; flash");
-    for (float x : flash.losses) line(" %.4f", x);
-    line("\n");
+    const SetProfile naive = compare_one(o, cfg, init, Variant::naive);
+    const SetProfile flash = compare_one(o, cfg, init, Variant::flash);
+    CompareRun run;
+    run.card = prop.name, run.date = utc_timestamp(), run.precision = PRECISION_NAME, run.model = config_str(cfg);
+    run.B = o.B, run.T = o.T, run.seed = o.seed, run.timed_steps = COMPARE_TIMED, run.profiled_steps = COMPARE_PROFILED;
+    const std::string md = compare_report_md(run, naive, flash);
     fputs(md.c_str(), stdout);
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir, ec);

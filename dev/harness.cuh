@@ -3,10 +3,10 @@
 // The attention forward ladder (dev/attention/runner.cu) uses all three; a backward ladder reuses them
 // unchanged (more tensors to check, the same rules; sdpa_bench.py's bwd columns are parsed too).
 //
-// Rules (DESIGN.md, "Correctness"), one per precision, the tolerance and its reason next to each:
-//   fp32  relative error ‖got − ref‖ / ‖ref‖ against a double reference
+// The rule is the project's one correctness rule, llmc/correctness.h (the same functions the GPU tests use):
+//   fp32  relative error ‖got − ref‖ / ‖ref‖ <= 1e-5 against a double reference
 //   bf16  the FlashAttention rule: max |got − ref| at most 2× that of the naive kernel run in the same
-//         precision on the same inputs, plus a small atol; the naive bf16 kernel itself gets a fixed bound
+//         precision on the same inputs, plus half an ulp; the naive bf16 kernel itself within the sanity bound
 // Every tensor is copied back whole and scanned: a NaN or inf anywhere fails (outputs are poisoned with NaN
 // before the kernel runs, so an element it never wrote fails too), even where the reference checks a subset.
 #pragma once
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 #include "llmc/common.cuh"
+#include "llmc/correctness.h"
 #include "llmc/error.h"
 
 namespace flashgpt2::harness {
@@ -63,32 +64,22 @@ struct TensorCheck {
                                  // naive kernel does not read (the flash backward's bf16 O), added to the atol
 };
 
-struct Compared {
+using Compared = rule::ErrorStats;  // plus the tensor's name and size, below
+
+struct NamedCompared {
     std::string name;
-    size_t total = 0, checked = 0;  // elements in the tensor, elements compared with the reference
-    size_t nonfinite = 0;           // NaN or inf anywhere in the tensor (poison left = an unwritten element)
-    size_t worst = 0;               // index of the largest |got − ref|
-    double max_abs = 0, max_ref = 0, rel_l2 = 0;
+    size_t total = 0;  // elements in the tensor
+    Compared c;
 };
 
-inline Compared compare(const TensorCheck& t) {
-    Compared c;
-    c.name = t.name;
-    c.total = t.got.size();
-    for (float x : t.got) c.nonfinite += !std::isfinite(x);
-    double num = 0, den = 0;
-    for (const Range& r : t.ranges) {
-        for (size_t i = r.first; i < r.second; i++) {
-            const double d = std::fabs((double)t.got[i] - t.ref[i]);
-            if (!(d <= c.max_abs)) { c.max_abs = d; c.worst = i; }  // `!(<=)` so a NaN difference wins
-            c.max_ref = std::max(c.max_ref, std::fabs(t.ref[i]));
-            num += d * d;
-            den += t.ref[i] * t.ref[i];
-            c.checked++;
-        }
-    }
-    c.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    return c;
+inline NamedCompared compare(const TensorCheck& t) {
+    rule::ErrorAccumulator acc;
+    for (const Range& r : t.ranges)
+        for (size_t i = r.first; i < r.second; i++) acc.add(t.got[i], t.ref[i], i);
+    NamedCompared n{t.name, t.got.size(), acc.finish()};
+    n.c.nonfinite = 0;  // the whole tensor is scanned, not only the compared ranges
+    for (float x : t.got) n.c.nonfinite += !std::isfinite(x);
+    return n;
 }
 
 // ---- the rules ----
@@ -97,28 +88,6 @@ enum class Rule {
     Bf16,         // bf16 kernel vs the naive bf16 kernel's error on the same inputs (FlashAttention rule)
     Bf16Baseline  // the naive bf16 kernel itself: the baseline the Bf16 rule leans on
 };
-
-// fp32: 1e-5 relative. fp32 rounds at u = 6e-8 per operation; a length-n sum of same-sign terms in fp32
-// typically drifts by u·sqrt(n) relative (n = 16384 keys: ~8e-6 for the plainest sequential sum, far less
-// for the blocked sums the tiled kernels do), and expf is accurate to ~2 ulp. A kernel that drops a key,
-// uses a wrong scale or a stale max is off by 1e-3 or more, so 1e-5 separates the two.
-constexpr double kFp32RelTol = 1e-5;
-
-// bf16 rule atol: half an ulp, in the tensor's storage precision, at the largest |ref| — the rounding of the
-// output itself, which no kernel can avoid. On a tiny tensor (T = 1, 2) the naive kernel's max error may be
-// lucky (0 when O = V exactly), and this keeps a correct kernel from failing on that luck; a real bug is off
-// by a sizeable fraction of |o|. Tensors a bf16 kernel stores in fp32 (lse) get fp32's half ulp: ~nothing.
-inline double half_ulp(double max_ref, bool bf16) {
-    if (max_ref <= 0) return 0;
-    const int mantissa_bits = bf16 ? 7 : 23;  // ulp(x) = 2^(floor(log2 x) − mantissa bits)
-    return std::ldexp(1.0, (int)std::floor(std::log2(max_ref)) - mantissa_bits - 1);
-}
-
-// The naive bf16 kernel rounds every stored intermediate to bf16 (8 significant bits, unit roundoff 2^-9):
-// the scores (abs. error 2^-9·|s|, |s| ≲ 4 on our inputs), the probabilities and the output, so its error
-// is a few 2^-9 of max|ref|; 2^-5 leaves 4–8× margin yet catches a wrong mask or scale at once. (Subtler
-// logic errors are caught where the naive kernel is the same template code run in fp32, under the fp32 rule.)
-constexpr double kBf16BaselineRel = 1.0 / 32;
 
 struct Verdict {
     bool ok = true;
@@ -133,24 +102,25 @@ inline Verdict validate(const std::string& label, const std::vector<TensorCheck>
         fail("validate %s: the bf16 rule needs the naive bf16 kernel's errors for the same tensors", label.c_str());
     Verdict v;
     for (size_t t = 0; t < checks.size(); t++) {
-        const Compared c = compare(checks[t]);
-        bool ok = c.nonfinite == 0 && c.checked > 0;
+        const NamedCompared n = compare(checks[t]);
+        const Compared& c = n.c;
+        bool ok;
         char rule_txt[160];
         if (rule == Rule::Fp32) {
-            ok = ok && c.rel_l2 <= kFp32RelTol;
-            snprintf(rule_txt, sizeof rule_txt, "rel %.2e <= %.0e", c.rel_l2, kFp32RelTol);
+            ok = rule::fp32_ok(c);
+            snprintf(rule_txt, sizeof rule_txt, "rel %.2e <= %.0e", c.rel, rule::FP32_REL_TOL);
         } else if (rule == Rule::Bf16) {
-            const double atol = half_ulp(c.max_ref, checks[t].stored_bf16) + checks[t].input_err;
-            ok = ok && c.max_abs <= 2 * (*baseline)[t].max_abs + atol;
-            snprintf(rule_txt, sizeof rule_txt, "max %.2e <= 2 x naive-bf16 %.2e + atol %.1e", c.max_abs,
-                     (*baseline)[t].max_abs, atol);
+            const Compared& naive = (*baseline)[t];
+            ok = rule::bf16_ok(c, naive, checks[t].stored_bf16, checks[t].input_err);
+            snprintf(rule_txt, sizeof rule_txt, "max %.2e <= 2 x naive-bf16 %.2e + atol %.1e, rel %.1e <= %.0e",
+                     c.max_abs, naive.max_abs, rule::half_ulp(c.max_ref, checks[t].stored_bf16) + checks[t].input_err,
+                     c.rel, rule::BF16_SANITY_REL);
         } else {
-            const double bound = kBf16BaselineRel * std::max(c.max_ref, 1.0);
-            ok = ok && c.max_abs <= bound;
-            snprintf(rule_txt, sizeof rule_txt, "max %.2e <= 2^-5 max(|ref|,1) = %.2e", c.max_abs, bound);
+            ok = rule::bf16_sane(c);
+            snprintf(rule_txt, sizeof rule_txt, "rel %.2e <= %.0e (the sanity bound)", c.rel, rule::BF16_SANITY_REL);
         }
-        printf("  %-5s %s  %s  (max|err| %.2e at %zu, rel %.2e, %zu of %zu checked%s)\n", c.name.c_str(),
-               ok ? "ok  " : "FAIL", rule_txt, c.max_abs, c.worst, c.rel_l2, c.checked, c.total,
+        printf("  %-5s %s  %s  (max|err| %.2e at %zu, rel %.2e, %zu of %zu checked%s)\n", n.name.c_str(),
+               ok ? "ok  " : "FAIL", rule_txt, c.max_abs, c.worst, c.rel, c.checked, n.total,
                c.nonfinite ? ", NaN/inf present" : "");
         if (c.nonfinite) printf("        %zu NaN/inf elements: unwritten (poison) or a real NaN\n", c.nonfinite);
         if (c.checked == 0) printf("        nothing was compared: the reference covered no element\n");
@@ -231,7 +201,7 @@ inline Timing benchmark(const std::function<void()>& launch, cudaStream_t stream
     return r;
 }
 
-// ---- anchors: ../shared/anchors/sdpa_bench.py's output, run in the same GPU session ----
+// ---- anchors: scripts/torch/sdpa_bench.py's output, run in the same GPU session ----
 // Its rows look like "  (8, 12, 1024, 64)      flash    0.123     164.0    0.456 ...":
 // shape, backend, fwd ms, fwd TF/s, bwd ms, bwd TF/s, fwd+bwd TF/s; "failed: ..." rows are skipped.
 struct AnchorRow {

@@ -2,7 +2,7 @@
 // a hand-drawn 5×7 bitmap font, and stb_image_write to encode it. The dev/ ladders draw their benchmark
 // results with it (groups = problem shapes, one coloured bar per kernel, log-scale y axis, legend below).
 //   plot::BarChart c; c.title = ...; c.groups = {...}; c.series = {...}; c.values[series][group] = ...;
-//   plot::write_bar_chart_png("doc/attention_forward.png", c);   // a value <= 0 or NaN draws no bar
+//   plot::write_bar_chart_png("doc/results/attention_forward.png", c);   // a value <= 0 or NaN draws no bar
 // The font knows A–Z (lower case is drawn as upper case), 0–9 and a little punctuation; other characters
 // show as '?'.
 #pragma once

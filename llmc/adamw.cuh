@@ -111,9 +111,8 @@ struct ParamLayoutDevice {  // ParamLayout, passed by value to the kernel
 };
 
 // ADAMW_VEC consecutive parameters per thread: m, v and the master weights move as 16-byte loads and stores,
-// the bf16 grads and params as 8-byte ones (fp32 build: 16). Same arithmetic per parameter as the naive kernel.
-// Measured (H200, 2026-11-29 21:50 UTC, GPT-2 124M, a scratch benchmark): 1.301 ms with one parameter per
-// thread, 1.010 ms this way (28 bytes per parameter: 3.45 TB/s). The norm: 0.190 -> 0.065 ms with 16-byte loads.
+// the bf16 grads and params as 8-byte ones (fp32 build: 16). Same arithmetic per parameter as the naive kernel;
+// a quarter of the instructions per byte, which is what a bandwidth-bound update needs (doc/kernels.md).
 constexpr int ADAMW_VEC = 4;
 template <class T>
 struct alignas(ADAMW_VEC * sizeof(T)) Vec4 {

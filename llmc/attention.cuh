@@ -8,28 +8,38 @@
 //        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16: the softmax
 //        amplifies S's rounding and dP - rowsum(P dP) cancels, so those gradients are noisier than the flash
 //        ones, and a naive and a flash training run drift apart: doc/kernels.md.)
-// flash: tiled online softmax (attention_flash.cuh, attention_flash_mma.cuh; on an H100/H200 the BF16 forward
-//        is attention_hopper.cuh, the dev ladder's rung 8, and the backward attention_backward_hopper.cuh;
-//        elsewhere the backward is attention_backward.cuh, on mma.sync): S and P live only in
-//        registers/shared memory, one tile at a time; the forward saves lse = log sum exp of each row
-//        (B,NH,T); the backward recomputes P = exp(S - lse) tile by tile (FlashAttention-2).
-//        Q, K, V are read straight from qkv by strides and out is written as (B,T,NH,HS): no permutes.
+// flash: tiled online softmax: S and P live only in registers/shared memory, one tile at a time; the forward
+//        saves lse = log sum exp of each row (B,NH,T); the backward recomputes P = exp(S - lse) tile by tile
+//        (FlashAttention-2). Q, K, V are read straight from qkv by strides and out is written as (B,T,NH,HS):
+//        no permutes. Three engines, one file per engine and pass in llmc/attention/:
+//          fp32   fp32_{forward,backward}.cuh    CUDA-core arithmetic, any build, HS 16/32/64/128
+//          mma    mma_{forward,backward}.cuh     bf16 tensor cores through mma.sync (sm_80 on), HS 64
+//          wgmma  wgmma_{forward,backward}.cuh   Hopper's warpgroup tensor cores + TMA (sm_90a): forward HS 64
+//                                                and 128, backward HS 64
+//        `--attention flash` runs the best engine this build, card and head size allow, for each pass;
+//        `--attention flash:<engine>` asks for one, and an engine that cannot run is an error, never a silent
+//        fallback. attention_engine() below is the one place that decides; the trainer prints what it chose.
 //
-// Sizes: the naive path runs any HS; the flash path HS in {16, 32, 64, 128} (attention_check_shape).
+// Sizes: the naive path runs any HS; the flash path what its engine runs (attention_check_shape).
 #pragma once
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
 
+#include <string>
+
+#include "llmc/attention/common.cuh"
+#include "llmc/attention/fp32_backward.cuh"
+#include "llmc/attention/fp32_forward.cuh"
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
+#include "llmc/layer.h"
 #include "llmc/matmul.cuh"
-#include "llmc/attention_flash.cuh"
-#if !defined(ENABLE_FP32)
-#include "llmc/attention_flash_mma.cuh"
-#include "llmc/attention_hopper.cuh"
-#include "llmc/attention_backward.cuh"
-#include "llmc/attention_backward_hopper.cuh"
+#if !defined(ENABLE_FP32)  // the tensor-core engines are bf16: the BF16 build's
+#include "llmc/attention/mma_backward.cuh"
+#include "llmc/attention/mma_forward.cuh"
+#include "llmc/attention/wgmma_backward.cuh"
+#include "llmc/attention/wgmma_forward.cuh"
 #endif
 
 namespace flashgpt2 {
@@ -37,12 +47,69 @@ namespace flashgpt2 {
 // ---------------------------------------------------------------------------------------------------------
 // sizes and checks
 
-inline void attention_check_shape(Variant v, int C, int NH) {
+// ---- the flash engines --------------------------------------------------------------------------------------
+// `best` is a request only: attention_engine() turns it into the engine that runs.
+enum class AttnEngine { best, fp32, mma, wgmma };
+constexpr AttnEngine ATTN_ENGINES[] = {AttnEngine::wgmma, AttnEngine::mma, AttnEngine::fp32};  // best first
+
+inline const char* engine_name(AttnEngine e) {
+    switch (e) {
+        case AttnEngine::fp32: return "fp32";
+        case AttnEngine::mma: return "mma";
+        case AttnEngine::wgmma: return "wgmma";
+        default: return "best";
+    }
+}
+// "fp32" | "mma" | "wgmma" (what follows "flash:" on the command line); anything else is an Error.
+inline AttnEngine parse_engine(const std::string& s, const std::string& what) {
+    for (AttnEngine e : ATTN_ENGINES)
+        if (s == engine_name(e)) return e;
+    fail("%s: unknown attention engine '%s' (expected flash, flash:wgmma, flash:mma or flash:fp32)", what.c_str(),
+         s.c_str());
+}
+
+// Why `e` cannot run `pass` at head size HS in this build on this device, or nullptr when it can.
+inline const char* attention_engine_unsupported(AttnEngine e, Pass pass, int HS) {
+    switch (e) {
+        case AttnEngine::fp32: return attention_flash_fp32_supports(HS) ? nullptr : "it runs head sizes 16, 32, 64 and 128";
+#if defined(ENABLE_FP32)
+        case AttnEngine::mma:
+        case AttnEngine::wgmma: return "it is bf16: it needs the BF16 build (PRECISION=BF16)";
+#else
+        case AttnEngine::mma: return attention_flash_mma_supports(HS) ? nullptr : "it runs head size 64 only";
+        case AttnEngine::wgmma:
+            if (!hopper::sm90a_available()) return "it needs an H100/H200 and a binary built for it (GPU_ARCH=90: sm_90a)";
+            if (pass == Pass::forward)
+                return attention_forward_flash_wgmma_supports(HS) ? nullptr : "its forward runs head sizes 64 and 128";
+            return attention_backward_flash_wgmma_supports(HS) ? nullptr : "its backward runs head size 64 only";
+#endif
+        default: return "it is not an engine";
+    }
+}
+
+// The engine that runs `pass` for this request at head size HS: the requested one, or with `best` the first of
+// ATTN_ENGINES that can run. An engine that cannot run is an Error saying why and which ones can.
+inline AttnEngine attention_engine(AttnEngine request, Pass pass, int HS) {
+    if (request != AttnEngine::best) {
+        const char* why = attention_engine_unsupported(request, pass, HS);
+        if (!why) return request;
+        std::string can;
+        for (AttnEngine e : ATTN_ENGINES)
+            if (!attention_engine_unsupported(e, pass, HS)) can += std::string(can.empty() ? "" : ", ") + engine_name(e);
+        fail("--attention flash:%s: the %s engine cannot run the attention %s at head size %d here: %s (engines "
+             "that can: %s)", engine_name(request), engine_name(request), pass_name(pass), HS, why,
+             can.empty() ? "none; use --attention naive" : can.c_str());
+    }
+    for (AttnEngine e : ATTN_ENGINES)
+        if (!attention_engine_unsupported(e, pass, HS)) return e;
+    fail("attention_flash: no flash engine runs head size %d (the fp32 engine takes 16, 32, 64 or 128); use "
+         "--attention naive", HS);
+}
+
+inline void attention_check_shape(Variant v, AttnEngine engine, int C, int NH) {
     if (NH <= 0 || C % NH != 0) fail("attention: channels %d are not divisible by heads %d", C, NH);
-    const int HS = C / NH;
-    if (v == Variant::flash && !attention_flash_supports(HS))
-        fail("attention_flash: head size %d (channels %d / heads %d) is not supported: use 16, 32, 64 or 128, "
-             "or --attention naive", HS, C, NH);
+    if (v == Variant::flash)
+        for (Pass pass : {Pass::forward, Pass::backward}) attention_engine(engine, pass, C / NH);
 }
 
 inline size_t attention_saved_bytes(Variant v, int B, int T, int NH) {
@@ -150,7 +217,7 @@ inline void attention_batched_gemm(bool ta, bool tb, int m, int n, int k, const 
 
 inline void attention_forward_naive(floatX* out, floatX* att, void* ws, const floatX* qkv, int B, int T, int C, int NH,
                                     cudaStream_t stream) {
-    attention_check_shape(Variant::naive, C, NH);
+    attention_check_shape(Variant::naive, AttnEngine::best, C, NH);
     const int HS = C / NH, BH = B * NH;
     const size_t btc = (size_t)B * T * C, tt = (size_t)T * T, ths = (size_t)T * HS;
     WorkspaceCarver carve(ws);
@@ -175,7 +242,7 @@ inline void attention_forward_naive(floatX* out, floatX* att, void* ws, const fl
 
 inline void attention_backward_naive(floatX* dqkv, void* ws, const floatX* dout, const floatX* qkv, const floatX* att,
                                      int B, int T, int C, int NH, cudaStream_t stream) {
-    attention_check_shape(Variant::naive, C, NH);
+    attention_check_shape(Variant::naive, AttnEngine::best, C, NH);
     const int HS = C / NH, BH = B * NH;
     const size_t btc = (size_t)B * T * C, tt = (size_t)T * T, ths = (size_t)T * HS;
     WorkspaceCarver carve(ws);
@@ -210,86 +277,43 @@ inline void attention_backward_naive(floatX* dqkv, void* ws, const floatX* dout,
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// flash dispatch: BF16 build with HS 64 -> tensor-core kernels (attention_flash_mma.cuh); otherwise the
-// fp32-arithmetic tiled kernels (attention_flash.cuh). force_scalar lets the tests run the latter anywhere.
-
-inline bool attention_flash_uses_mma(int HS, bool force_scalar) {
-#if !defined(ENABLE_FP32)
-    return !force_scalar && attention_flash_mma_supports(HS);
-#else
-    (void)HS, (void)force_scalar;
-    return false;
-#endif
-}
-
-// The forward has one more, first choice: BF16 build, an sm_90a binary on an sm_90 device (checked once per
-// process), HS 64 or 128 and 16-byte aligned buffers -> the Hopper kernel (attention_hopper.cuh: wgmma +
-// TMA, q, k, v read in place from qkv through 4-D tensor maps, out written as (B,T,NH,HS)). It writes lse
-// exactly as the other flash forwards do, so every flash backward reads it. allow_hopper = false (or the
-// environment variable FLASHGPT2_ATTENTION_HOPPER=0, for side-by-side timing) runs the fallbacks instead.
-inline bool attention_forward_uses_hopper(int HS, const void* qkv, const void* out, bool force_scalar,
-                                          bool allow_hopper) {
-#if !defined(ENABLE_FP32)
-    static const bool env_off = [] {
-        const char* e = std::getenv("FLASHGPT2_ATTENTION_HOPPER");
-        return e && e[0] == '0' && !e[1];
-    }();
-    return !force_scalar && allow_hopper && !env_off && aligned16(qkv) && aligned16(out) &&
-           attention_hopper_supports(HS);
-#else
-    (void)HS, (void)qkv, (void)out, (void)force_scalar, (void)allow_hopper;
-    return false;
-#endif
-}
-
-// The backward's first choice, by the same rule: the Hopper wgmma backward (attention_backward_hopper.cuh),
-// head size 64 only; then the mma.sync one.
-inline bool attention_backward_uses_hopper(int HS, const void* qkv, const void* out, const void* dout,
-                                           const void* dqkv, bool force_scalar) {
-#if !defined(ENABLE_FP32)
-    return attention_forward_uses_hopper(HS, qkv, out, force_scalar, true) && aligned16(dout) && aligned16(dqkv) &&
-           attention_backward_hopper_supports(HS);
-#else
-    (void)HS, (void)qkv, (void)out, (void)dout, (void)dqkv, (void)force_scalar;
-    return false;
-#endif
-}
+// flash: the one dispatch, forward and backward. `engine` is the request (best, or one engine); the engine that
+// runs is attention_engine()'s answer for this pass.
 
 inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
-                                    cudaStream_t stream, bool force_scalar = false, bool allow_hopper = true) {
-    attention_check_shape(Variant::flash, C, NH);
+                                    AttnEngine engine, cudaStream_t stream) {
+    if (NH <= 0 || C % NH != 0) fail("attention: channels %d are not divisible by heads %d", C, NH);
     const int HS = C / NH;
+    switch (attention_engine(engine, Pass::forward, HS)) {
 #if !defined(ENABLE_FP32)
-    if (attention_forward_uses_hopper(HS, qkv, out, force_scalar, allow_hopper)) {
-        AttentionHopperParams p;  // q, k, v: (B,T,3,NH,HS) read in place; out: (B,T,NH,HS)
-        p.q = qkv, p.k = qkv + C, p.v = qkv + 2 * C;
-        p.in = HeadStrides{(long long)T * 3 * C, HS, 3LL * C};
-        p.o = out, p.out = HeadStrides{(long long)T * C, HS, C};
-        p.lse = lse, p.B = B, p.NH = NH, p.T = T, p.HS = HS, p.stream = stream;
-        return attention_forward_hopper(p);
-    }
-    if (attention_flash_uses_mma(HS, force_scalar)) return attention_forward_flash_mma(out, lse, qkv, B, T, NH, HS, stream);
-#else
-    (void)allow_hopper;
+        case AttnEngine::wgmma: {
+            if (!aligned16(qkv) || !aligned16(out)) fail("attention_forward_flash (wgmma): qkv and out must be 16-byte aligned");
+            WgmmaAttentionParams p;  // q, k, v: (B,T,3,NH,HS) read in place; out: (B,T,NH,HS)
+            p.q = qkv, p.k = qkv + C, p.v = qkv + 2 * C;
+            p.in = HeadStrides{(long long)T * 3 * C, HS, 3LL * C};
+            p.o = out, p.out = HeadStrides{(long long)T * C, HS, C};
+            p.lse = lse, p.B = B, p.NH = NH, p.T = T, p.HS = HS, p.stream = stream;
+            return attention_forward_flash_wgmma(p);
+        }
+        case AttnEngine::mma: return attention_forward_flash_mma(out, lse, qkv, B, T, NH, HS, stream);
 #endif
-    attention_forward_flash_scalar(out, lse, qkv, B, T, NH, HS, stream);
+        default: return attention_forward_flash_fp32(out, lse, qkv, B, T, NH, HS, stream);
+    }
 }
 
 inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int C, int NH, cudaStream_t stream,
-                                     bool force_scalar = false) {
-    attention_check_shape(Variant::flash, C, NH);
+                                     const float* lse, int B, int T, int C, int NH, AttnEngine engine,
+                                     cudaStream_t stream) {
+    if (NH <= 0 || C % NH != 0) fail("attention: channels %d are not divisible by heads %d", C, NH);
     const int HS = C / NH;
     float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));  // rowsum(dO * O)
+    switch (attention_engine(engine, Pass::backward, HS)) {  // each computes D itself, then dQ, dK, dV
 #if !defined(ENABLE_FP32)
-    // both compute D themselves, fused into their dQ kernel
-    if (attention_backward_uses_hopper(HS, qkv, out, dout, dqkv, force_scalar))
-        return attention_backward_flash_hopper(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
-    if (attention_flash_uses_mma(HS, force_scalar))
-        return attention_backward_flash_mma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+        case AttnEngine::wgmma: return attention_backward_flash_wgmma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+        case AttnEngine::mma: return attention_backward_flash_mma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 #endif
-    attention_flash_backward_preprocess(D, dout, out, B, T, NH, HS, stream);
-    attention_backward_flash_scalar(dqkv, dout, qkv, lse, D, B, T, NH, HS, stream);
+        default: return attention_backward_flash_fp32(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    }
 }
 
 }  // namespace flashgpt2

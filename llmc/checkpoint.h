@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "error.h"
-#include "fileio.h"  // write_file_atomic
+#include "llmc/config.h"  // GPT2Config, validate_config
+#include "llmc/error.h"
+#include "llmc/fileio.h"  // write_file_atomic
 
 namespace flashgpt2 {
 
@@ -38,24 +38,6 @@ inline uint16_t float_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
-}
-
-// Throws unless the config describes a model that can exist: positive sizes, V <= Vp, heads dividing
-// channels, and nothing absurd (the bounds are far beyond any GPT-2 yet small enough that sizes fit).
-// `where` names the source (a file, a flag) in the message.
-inline void validate_config(const GPT2Config& c, const char* where) {
-    const GPT2Config& k = c;
-    if (k.max_seq_len <= 0 || k.vocab_size <= 0 || k.padded_vocab_size <= 0 || k.num_layers <= 0 ||
-        k.num_heads <= 0 || k.channels <= 0)
-        fail("%s: every config field must be positive (maxT %d, V %d, Vp %d, L %d, NH %d, C %d)", where,
-             k.max_seq_len, k.vocab_size, k.padded_vocab_size, k.num_layers, k.num_heads, k.channels);
-    if (k.max_seq_len > (1 << 20) || k.padded_vocab_size > (1 << 24) || k.num_layers > 1024 || k.channels > (1 << 16))
-        fail("%s: absurd config (maxT %d, Vp %d, L %d, C %d): limits are 2^20, 2^24, 1024, 2^16", where,
-             k.max_seq_len, k.padded_vocab_size, k.num_layers, k.channels);
-    if (k.padded_vocab_size < k.vocab_size)
-        fail("%s: padded vocab %d is smaller than vocab %d", where, k.padded_vocab_size, k.vocab_size);
-    if (k.channels % k.num_heads != 0)
-        fail("%s: channels %d are not divisible by heads %d", where, k.channels, k.num_heads);
 }
 
 struct CheckpointHeader {

@@ -38,7 +38,7 @@ namespace flashgpt2 {
 
 constexpr int64_t STATE_MAGIC = 20261129;  // the date this format was defined
 // Version 2: the loader position ([10..17]) indexes llm.c's shuffle order (llmc/dataloader.h). Version-1 files
-// index the order this project drew before 2026-11-29 (same layout, other batches): refused, not misread.
+// index the order this project's first loader drew (same layout, other batches): refused, not misread.
 constexpr int64_t STATE_VERSION = 2;
 constexpr int STATE_HEADER_WORDS = 256;
 
@@ -71,18 +71,6 @@ inline void save_model_file(const std::string& path, const GPT2Model& model) {
     cudaCheck(cudaMemcpy(host.data(), model.params_memory, model.num_params * sizeof(floatX), cudaMemcpyDeviceToHost));
     const int version = sizeof(floatX) == 2 ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
     write_checkpoint_file(path, model.config, version, host.data(), host.size() * sizeof(floatX));
-}
-
-inline bool same_config(const GPT2Config& a, const GPT2Config& b) {
-    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size && a.padded_vocab_size == b.padded_vocab_size &&
-           a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels;
-}
-
-inline std::string config_str(const GPT2Config& c) {
-    char s[160];
-    snprintf(s, sizeof s, "L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", c.num_layers, c.num_heads, c.channels, c.max_seq_len,
-             c.vocab_size, c.padded_vocab_size);
-    return s;
 }
 
 // Loads a model file (version 3 or 5) into the model; its config must be the model's.
@@ -128,7 +116,7 @@ inline TrainState load_state_file(const std::string& path, GPT2Model& model) {
     memcpy(h, data.data(), sizeof h);
     if (h[0] != STATE_MAGIC) fail("%s: bad magic %lld (expected %lld): not a flashgpt2 state file", path.c_str(), (long long)h[0], (long long)STATE_MAGIC);
     if (h[1] == 1)
-        fail("%s: state version 1 counts batches in the data order used before 2026-11-29 (now llm.c's): resuming it "
+        fail("%s: state version 1 counts batches in the project's first data order (now llm.c's): resuming it "
              "would read other batches; start a new run", path.c_str());
     if (h[1] != STATE_VERSION) fail("%s: unsupported state version %lld (expected %lld)", path.c_str(), (long long)h[1], (long long)STATE_VERSION);
     const size_t n = model.shard_params();

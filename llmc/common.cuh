@@ -40,7 +40,7 @@ typedef __nv_bfloat16 floatX;
 // ---- more than 48 KB of dynamic shared memory: opt in before EVERY launch that asks for it ----
 // Not "once per process" behind a static flag: nvcc 13 gives each .cu file its own copy of a template kernel
 // (-static-global-template-stub, on by default), so a flag set by one file's launch skips the opt-in of the
-// next file's copy, and that launch fails with "invalid argument" (seen in the GPU test binary, 2026-11-29).
+// next file's copy, and that launch fails with "invalid argument" (as it did in the GPU test binary).
 // Setting the attribute is a host-side call; it does not synchronize.
 template <class Kernel>
 void allow_shared_memory(Kernel kernel, size_t bytes) {

@@ -1,4 +1,4 @@
-// Small device-side pieces every layer file of llmc/ shares: the Variant switch, floatX <-> float,
+// Small device-side pieces every layer file of llmc/ shares: floatX <-> float,
 // 16-byte vector loads ("Packed128"), warp reductions, and the carving of the shared workspace.
 // Written once here so the naive and flash kernels of each layer differ only in what they teach.
 //
@@ -12,10 +12,9 @@
 #include <cstdint>
 
 #include "llmc/common.cuh"
+#include "llmc/layer.h"  // Variant
 
 namespace flashgpt2 {
-
-enum class Variant { naive, flash };
 
 // ---- floatX <-> float: all arithmetic is fp32; storage is floatX ----
 __device__ __forceinline__ float to_float(float x) { return x; }

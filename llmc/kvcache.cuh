@@ -130,30 +130,29 @@ struct Decoder {
     // returns the next-token logits (B, Vp) as floats on the host; the first V of each row are real.
     const std::vector<float>& step(const int* tok, int pos) {
         const GPT2Config& c = model.config;
-        const KernelSet& ks = model.ks;
         const ParameterTensors& p = model.params;
         const int B = cache.B, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-        const size_t CC = (size_t)C * C;
-        cudaStream_t s = model.stream;
+        const OpContext ctx{model.ks, model.stream};  // these ops need no workspace
         if (pos < 0 || pos >= c.max_seq_len) fail("decode: position %d is outside [0, %d)", pos, c.max_seq_len);
-        cudaCheck(cudaMemcpyAsync(tokens, tok, B * sizeof(int), cudaMemcpyHostToDevice, s));
+        cudaCheck(cudaMemcpyAsync(tokens, tok, B * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
         // x = wte[tok] + wpe[pos]: the encoder with T = 1 and wpe starting at row pos
-        encoder_forward(ks, x, tokens, p.wte, p.wpe + (size_t)pos * C, B, 1, C, s);
+        encoder_forward(ctx, x, tokens, p.wte, p.wpe + (size_t)pos * C, B, 1, C);
         for (int l = 0; l < L; l++) {
-            layernorm_forward(ks, ln, mean, rstd, x, p.ln1w + l * C, p.ln1b + l * C, B, C, s);
-            matmul_forward(ks, qkv, ln, p.qkvw + l * 3 * CC, p.qkvb + l * 3 * C, B, C, 3 * C, s);
-            attention_decode(atty, cache, l, qkv, pos, C, s);
-            matmul_forward(ks, proj, atty, p.attprojw + l * CC, p.attprojb + l * C, B, C, C, s);
-            residual_layernorm_forward(ks, x2, ln, mean, rstd, x, proj, p.ln2w + l * C, p.ln2b + l * C, B, C, s);
-            matmul_gelu_forward(ks, fch_gelu, fch, ln, p.fcw + l * 4 * CC, p.fcb + l * 4 * C, B, C, 4 * C, s);
-            matmul_forward(ks, proj, fch_gelu, p.fcprojw + l * 4 * CC, p.fcprojb + l * C, B, 4 * C, C, s);
-            residual_forward(ks, x, x2, proj, (size_t)B * C, s);  // x for the next layer
+            const BlockWeights w = p.block(l, C);
+            layernorm_forward(ctx, ln, mean, rstd, x, w.ln1w, w.ln1b, B, C);
+            matmul_forward(ctx, qkv, ln, w.qkvw, w.qkvb, B, C, 3 * C);
+            attention_decode(atty, cache, l, qkv, pos, C, ctx.stream);
+            matmul_forward(ctx, proj, atty, w.attprojw, w.attprojb, B, C, C);
+            residual_layernorm_forward(ctx, x2, ln, mean, rstd, x, proj, w.ln2w, w.ln2b, B, C);
+            matmul_gelu_forward(ctx, fch_gelu, fch, ln, w.fcw, w.fcb, B, C, 4 * C);
+            matmul_forward(ctx, proj, fch_gelu, w.fcprojw, w.fcprojb, B, 4 * C, C);
+            residual_forward(ctx, x, x2, proj, (size_t)B * C);  // x for the next layer
         }
-        layernorm_forward(ks, ln, mean, rstd, x, p.lnfw, p.lnfb, B, C, s);
-        matmul_forward(ks, logits, ln, p.wte, nullptr, B, C, Vp, s);
+        layernorm_forward(ctx, ln, mean, rstd, x, p.lnfw, p.lnfb, B, C);
+        matmul_forward(ctx, logits, ln, p.wte, nullptr, B, C, Vp);
         cudaCheck(cudaMemcpyAsync(logits_host.data(), logits, logits_host.size() * sizeof(floatX),
-                                  cudaMemcpyDeviceToHost, s));
-        cudaCheck(cudaStreamSynchronize(s));
+                                  cudaMemcpyDeviceToHost, ctx.stream));
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
         floatX_to_floats(logits_host.data(), logits_f.data(), logits_f.size());
         return logits_f;
     }

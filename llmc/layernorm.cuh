@@ -231,9 +231,8 @@ inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
 // the row again (from L1/L2, not HBM: it was just read) to write dinp. Only the two accumulators live in
 // shared memory (6 KB per warp, 48 KB per block at C=768), so 4 blocks of 8 warps fit in an SM's shared
 // memory: more warps in flight to hide the loads' latency, which is what bounds this kernel. At the end the
-// block sums its warps (fixed order) into partial_dw/partial_db[blockIdx.x] (G, C). Measured (make compare,
-// H200, 2026-11-29, B=4 T=1024, 25 calls per step): 0.590 ms per step, against 0.920 when 4-warp blocks also
-// cached the row in shared memory.
+// block sums its warps (fixed order) into partial_dw/partial_db[blockIdx.x] (G, C). (Caching the row in shared
+// memory too, with 4-warp blocks, was slower: doc/kernels.md.)
 static __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,

@@ -1,6 +1,7 @@
 // A training log: one line of plain text per step, easy to grep and plot, shared by both trainers.
 //   step 12 train 6.834012 val 6.912345 lr 0.0006 norm 1.2345 ms 35.21 tok/s 465321
-// The val field appears only on steps where the validation loss was computed. Each line is flushed as it
+// The val field appears only on steps where the validation loss was computed; lines starting with '#' are the
+// run's header (device, kernels, model, batch), written once at the start. Each line is flushed as it
 // is written, so a crashed or killed run keeps its log. A resumed run opens the file in append mode.
 #pragma once
 #include <cerrno>
@@ -10,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "error.h"
+#include "llmc/error.h"
 
 namespace flashgpt2 {
 
@@ -36,6 +37,13 @@ struct Logger {
         std::fprintf(f_, "step %d train %.6f", step, train_loss);
         if (val_loss) std::fprintf(f_, " val %.6f", *val_loss);
         std::fprintf(f_, " lr %.6g norm %.4f ms %.2f tok/s %.0f\n", lr, grad_norm, ms, tok_per_s);
+        flush();
+    }
+
+    // One header line: "# " + text.
+    void log_comment(const std::string& text) {
+        if (!f_) return;
+        std::fprintf(f_, "# %s\n", text.c_str());
         flush();
     }
 

@@ -192,9 +192,8 @@ inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const
 // depends only on N); a block of DBIAS_WARPS warps takes 32 * X128 columns of one split: each lane reads X128
 // consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take every
 // DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2 adds
-// the S partials per column in order. Measured (H200, 2026-11-29 21:50 UTC, N=16384: matmul_backward_flash
-// with minus without dbias, a scratch benchmark): 35.5 -> 24.0 us at OC=2304 and 50.0 -> 36.1 at OC=3072
-// against the first version, one 2-byte load per thread and row; 16.7 -> 16.8 at OC=768.
+// the S partials per column in order. (The 16-byte loads took about a third off the wide OCs against one
+// 2-byte load per thread and row: doc/kernels.md.)
 constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8, DBIAS_COLS = 32 * X128;
 inline int dbias_splits(int N) { return std::min(DBIAS_MAX_SPLITS, ceil_div(N, DBIAS_ROWS_PER_SPLIT)); }
 

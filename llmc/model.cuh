@@ -1,18 +1,18 @@
-// GPT-2 on the GPU: its tensors, its memory plan, and the forward and backward passes wired from the layer ops.
+// GPT-2 on the GPU: its tensors, and the forward and backward passes wired from the layer ops.
 //
 // The forward pass reads like the model (llm.c's gpt2_forward):
 //     x = wte[tokens] + wpe[positions]
 //     for each layer l:   x = x + attproj(attention(qkv(ln1(x))))      (residual2)
 //                         x = x + fcproj(gelu(fc(ln2(x))))             (residual3)
 //     logits = lnf(x) @ wte^T   ->  softmax, cross-entropy, and (training) dlogits in place
-// Every op dispatches on the KernelSet (llmc/kernels.h), so the same code runs the naive set, the flash set, or
-// any mix; a LayerProfiler, when attached, times each op under its layer's name (llmc/profile.h).
+// Every op dispatches on the KernelSet and makes its own fusion decisions (llmc/kernels.h), so the same code runs
+// the naive set, the flash set, or any mix; a LayerProfiler, when attached, is charged by the ops themselves.
 //
 // Memory: parameters and gradients (floatX) are each ONE flat buffer in llm.c's tensor order (config.h), so the
 // optimizer, the checkpoint and the gradient norm see one array. fp32 master weights (BF16 build only) and the
 // AdamW moments m, v are flat too. Activations are kept per layer for the backward pass. Everything is sized
-// up front by plan_memory() and checked against the free GPU memory BEFORE the first allocation, so a run that
-// cannot fit stops with one line saying how much it needs and which flag to lower.
+// up front by plan_memory() (llmc/memory.cuh) and checked against the free GPU memory BEFORE the first
+// allocation.
 //
 // Data parallel (llmc/distributed.h): with num_shards W > 1 the model is one of W replicas, and the optimizer is
 // ZeRO-1 sharded (Rajbhandari et al. 2020, stage 1): replica r owns the slice [shard_begin, shard_end) of the flat
@@ -21,7 +21,6 @@
 // all-gather want. W = 1 (the default): one slice, the whole buffer, no padding: the plain model.
 #pragma once
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -30,66 +29,28 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"  // validate_config
 #include "llmc/common.cuh"
 #include "llmc/config.h"
 #include "llmc/error.h"
 #include "llmc/kernels.h"
+#include "llmc/memory.cuh"
 #include "llmc/profile.h"
 
 namespace flashgpt2 {
 
-#if defined(ENABLE_FP32)
-constexpr bool USE_MASTER_WEIGHTS = false;  // params are fp32 already: AdamW updates them in place
-#else
-constexpr bool USE_MASTER_WEIGHTS = true;   // bf16 params are round(fp32 master) after every step
-#endif
-
-// ---------------------------------------------------------------------------------------------------------
-// Device memory: every allocation goes through here, so we know what we hold and out-of-memory is one line.
-
-inline double gib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
-
-struct GpuMemory {
-    std::vector<void*> blocks;
-    size_t allocated = 0;  // bytes we asked cudaMalloc for, in all
-    std::string hint;      // what to lower when an allocation fails, e.g. "reduce -b (batch size) or -t"
-
-    void* alloc(size_t bytes, const char* what) {
-        void* p = nullptr;
-        if (bytes == 0) return nullptr;
-        const cudaError_t e = cudaMalloc(&p, bytes);
-        if (e == cudaErrorMemoryAllocation) {
-            cudaGetLastError();  // clear the sticky-free error state of the runtime
-            size_t free_b = 0, total_b = 0;
-            cudaMemGetInfo(&free_b, &total_b);
-            fail("out of GPU memory: allocating %s (%.2f GiB) failed with %.2f GiB already allocated and %.2f GiB "
-                 "free of %.2f GiB; %s",
-                 what, gib(bytes), gib(allocated), gib(free_b), gib(total_b), hint.c_str());
-        }
-        cudaCheck(e);
-        blocks.push_back(p);
-        allocated += bytes;
-        return p;
-    }
-    template <class T>
-    T* alloc_n(size_t n, const char* what) { return static_cast<T*>(alloc(n * sizeof(T), what)); }
-
-    void release() {
-        for (void* p : blocks) cudaCheck(cudaFree(p));
-        blocks.clear();
-        allocated = 0;
-    }
-    GpuMemory() = default;
-    GpuMemory(const GpuMemory&) = delete;
-    GpuMemory& operator=(const GpuMemory&) = delete;
-    ~GpuMemory() {
-        for (void* p : blocks) cudaFree(p);  // no check: destructors must not exit
-    }
-};
-
 // ---------------------------------------------------------------------------------------------------------
 // Parameters (and, with the same layout, their gradients): named views into one flat floatX buffer.
+
+// One transformer block's weights: layer l's slices of the per-layer tensors.
+struct BlockWeights {
+    floatX *ln1w, *ln1b;          // (C)
+    floatX *qkvw, *qkvb;          // (3C, C), (3C)
+    floatX *attprojw, *attprojb;  // (C, C), (C)
+    floatX *ln2w, *ln2b;          // (C)
+    floatX *fcw, *fcb;            // (4C, C), (4C)
+    floatX *fcprojw, *fcprojb;    // (C, 4C), (C)
+};
+
 struct ParameterTensors {
     floatX* wte;       // (Vp, C)
     floatX* wpe;       // (maxT, C)
@@ -119,6 +80,12 @@ struct ParameterTensors {
             base += sizes[i];
         }
         return t;
+    }
+    BlockWeights block(int l, int C) const {
+        const size_t c = C, cc = c * c;
+        return {ln1w + l * c,          ln1b + l * c,     qkvw + l * 3 * cc,     qkvb + l * 3 * c,
+                attprojw + l * cc,     attprojb + l * c, ln2w + l * c,          ln2b + l * c,
+                fcw + l * 4 * cc,      fcb + l * 4 * c,  fcprojw + l * 4 * cc,  fcprojb + l * c};
     }
 };
 
@@ -151,11 +118,23 @@ struct ActivationTensors {
     floatX* scratch_bt4c;  // (B, T, 4C)  dfch, dqkv (backward)
 };
 
-// What one layer's attention keeps for the backward pass, rounded up so that every layer's slice starts
-// 256-byte aligned (like every cudaMalloc): (L, stride) bytes in all.
-inline size_t attention_saved_stride(const KernelSet& ks, int B, int T, int NH) {
-    return ws_round(attention_saved_bytes(ks, B, T, NH));
-}
+// One block's activations: layer l's slices, and the residual stream entering it.
+struct BlockActivations {
+    const floatX* input;                     // (B, T, C)  x entering: encoded, or the last block's residual3
+    floatX *ln1, *qkv, *atty;                // (B, T, C), (B, T, 3C), (B, T, C)
+    float *ln1_mean, *ln1_rstd;              // (B, T)
+    void* att_saved;                         // what attention keeps for its backward
+    floatX *residual2, *ln2;                 // (B, T, C)
+    float *ln2_mean, *ln2_rstd;              // (B, T)
+    floatX *fch, *fch_gelu, *residual3;      // (B, T, 4C), (B, T, 4C), (B, T, C)
+};
+
+// A layernorm's output buffers and weights: the ln1 of block l, or lnf after the last block.
+struct NormTensors {
+    floatX* out;
+    float *mean, *rstd;
+    const floatX *w, *b;
+};
 
 // ZeRO-1: the part of a layout inside [begin, end) of the flat buffer, with offsets relative to begin; tensors
 // outside it become empty. What one optimizer shard's AdamW and grad-norm launches see. [0, total): the layout.
@@ -163,64 +142,6 @@ inline ParamLayout layout_slice(const ParamLayout& l, size_t begin, size_t end) 
     ParamLayout s = l;
     for (int i = 0; i <= l.count; i++) s.offset[i] = std::min(std::max(l.offset[i], begin), end) - begin;
     return s;
-}
-
-// Elements per optimizer shard: P itself for one shard; else ceil(P / W) rounded up to 128 elements (256-byte
-// aligned slices for NCCL and the vector loads), so the padded buffer holds W * shard_size >= P.
-inline size_t shard_size_for(size_t P, int num_shards) {
-    return num_shards == 1 ? P : ceil_div(ceil_div(P, (size_t)num_shards), (size_t)128) * 128;
-}
-
-// Bytes of each kind of buffer for a model, a kernel set and a micro-batch shape: the memory plan.
-struct MemoryPlan {
-    size_t params = 0, grads = 0, master = 0, adam = 0;        // weights and optimizer
-    size_t activations = 0, att_saved = 0, workspace = 0;      // per micro-batch (att_saved is part of activations)
-    size_t total() const { return params + grads + master + adam + activations + workspace; }
-};
-
-inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, int T, int num_shards = 1) {
-    MemoryPlan m;
-    const size_t P = num_parameters(c), N = (size_t)B * T, L = c.num_layers, C = c.channels;
-    const size_t X = sizeof(floatX), F = sizeof(float);
-    const size_t S = shard_size_for(P, num_shards);  // this replica's optimizer slice (at most)
-    m.params = S * num_shards * X;
-    m.grads = S * num_shards * X;
-    m.master = USE_MASTER_WEIGHTS ? S * F : 0;
-    m.adam = 2 * S * F;
-    m.att_saved = L * attention_saved_stride(ks, B, T, c.num_heads);
-    m.activations = N * C * X                       // encoded
-                    + L * N * C * X * 2 + L * N * F * 4  // ln1, ln2 and their mean/rstd
-                    + L * N * 3 * C * X              // qkv
-                    + L * N * C * X * 3              // atty, residual2, residual3
-                    + L * N * 4 * C * X * 2          // fch, fch_gelu
-                    + N * C * X + N * F * 2          // lnf, its mean/rstd
-                    + N * c.padded_vocab_size * X    // logits
-                    + N * F + N * 4 * 2              // losses, inputs, targets
-                    + N * C * X * 2 + N * 4 * C * X  // dresidual, scratch_btc, scratch_bt4c
-                    + m.att_saved;
-    m.workspace = workspace_bytes(ks, B, T, c.channels, c.num_heads, c.padded_vocab_size) + blas_workspace_bytes();
-    return m;
-}
-
-// One line per kind, for the start-up print and the compare table.
-inline void print_memory_plan(FILE* f, const MemoryPlan& m) {
-    fprintf(f, "GPU memory plan: %.2f GiB = params %.2f + grads %.2f + master %.2f + AdamW m,v %.2f + activations %.2f "
-               "(attention saved %.2f) + workspace %.2f\n",
-            gib(m.total()), gib(m.params), gib(m.grads), gib(m.master), gib(m.adam), gib(m.activations),
-            gib(m.att_saved), gib(m.workspace));
-}
-
-// Stops before allocating anything when the plan cannot fit in the free GPU memory.
-inline void check_memory_fits(const MemoryPlan& m, int B, int T, const KernelSet& ks) {
-    size_t free_b = 0, total_b = 0;
-    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    if (m.total() <= free_b) return;
-    fail("out of GPU memory: B=%d T=%d needs %.2f GiB (weights and optimizer %.2f, activations %.2f of which "
-         "attention %.2f, workspace %.2f) but only %.2f GiB of %.2f GiB is free; reduce -b (batch size) or -t "
-         "(sequence length)%s",
-         B, T, gib(m.total()), gib(m.params + m.grads + m.master + m.adam), gib(m.activations), gib(m.att_saved),
-         gib(m.workspace), gib(free_b), gib(total_b),
-         ks.attention == Variant::naive ? ", or use --attention flash (naive attention keeps (B,NH,T,T) per layer)" : "");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -316,15 +237,18 @@ struct GPT2Model {
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
                  const std::function<void(float* norm2)>& sum_norm2 = nullptr);
 
+    // What every layer op gets: this model's kernels, stream, workspace and profiler.
+    OpContext ops() const { return OpContext{ks, stream, ws, prof}; }
     // Layer l's slice of a per-layer buffer (L, B, T, k*C).
     template <class P>
     P* layer(P* base, int l, size_t per_row) const { return base + (size_t)l * B * T * per_row; }
+    BlockActivations block(int l) const;
+    NormTensors norm_before(int l) const;  // the layernorm whose output block l reads (l = L: lnf)
 
 private:
     int fwd_B = 0, fwd_T = 0;  // shape of the last forward()
     void allocate();
-    void residual_layernorm(floatX* residual_out, floatX* ln_out, float* mean, float* rstd, const floatX* a,
-                            const floatX* b, const floatX* w, const floatX* bias, int N);
+    void upload_tokens(const int* inputs, const int* targets, int N);
 };
 
 inline void GPT2Model::allocate() {
@@ -346,7 +270,7 @@ inline void GPT2Model::allocate() {
     a.qkv = mem.alloc_n<floatX>(L * N * 3 * C, "activations (qkv)");
     a.atty = mem.alloc_n<floatX>(L * N * C, "activations (attention output)");
     a.att_saved = mem.alloc_n<char>(L * att_saved_bytes,
-                                    ks.attention == Variant::naive ? "attention probabilities P (L,B,NH,T,T)" : "attention lse");
+                                    ks.naive(Layer::attention) ? "attention probabilities P (L,B,NH,T,T)" : "attention lse");
     a.residual2 = mem.alloc_n<floatX>(L * N * C, "activations (residual2)");
     a.ln2 = mem.alloc_n<floatX>(L * N * C, "activations (ln2)");
     a.ln2_mean = mem.alloc_n<float>(L * N, "activations (ln2 mean)");
@@ -370,6 +294,25 @@ inline void GPT2Model::allocate() {
     cudaCheck(cudaMemset(grads_memory, 0, padded_params() * sizeof(floatX)));
     cudaCheck(cudaMemset(m, 0, shard_params() * sizeof(float)));
     cudaCheck(cudaMemset(v, 0, shard_params() * sizeof(float)));
+}
+
+inline BlockActivations GPT2Model::block(int l) const {
+    const ActivationTensors& a = acts;
+    const int C = config.channels;
+    return {l == 0 ? a.encoded : layer(a.residual3, l - 1, C),
+            layer(a.ln1, l, C),       layer(a.qkv, l, 3 * C),      layer(a.atty, l, C),
+            layer(a.ln1_mean, l, 1),  layer(a.ln1_rstd, l, 1),     a.att_saved + l * att_saved_bytes,
+            layer(a.residual2, l, C), layer(a.ln2, l, C),          layer(a.ln2_mean, l, 1),
+            layer(a.ln2_rstd, l, 1),  layer(a.fch, l, 4 * C),      layer(a.fch_gelu, l, 4 * C),
+            layer(a.residual3, l, C)};
+}
+
+inline NormTensors GPT2Model::norm_before(int l) const {
+    const ActivationTensors& a = acts;
+    const int C = config.channels;
+    if (l == config.num_layers) return {a.lnf, a.lnf_mean, a.lnf_rstd, params.lnfw, params.lnfb};
+    return {layer(a.ln1, l, C), layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), params.ln1w + (size_t)l * C,
+            params.ln1b + (size_t)l * C};
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -404,23 +347,17 @@ inline std::vector<float> GPT2Model::get_grads() const { return device_floatX_to
 // ---------------------------------------------------------------------------------------------------------
 // The forward pass. N = B'*T' rows; per-layer buffers are strided by the allocated B*T.
 
-// residual_out = a + b, then ln_out = layernorm(residual_out). Fused in one kernel when both layers are flash
-// (kernels.h's residual_layernorm_forward decides that the same way); otherwise two ops, timed separately.
-inline void GPT2Model::residual_layernorm(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
-                                          const floatX* a, const floatX* b, const floatX* w, const floatX* bias,
-                                          int N) {
-    const int C = config.channels;
-    if (ks.residual == Variant::flash && ks.layernorm == Variant::flash) {
-        ProfileSpan s(prof, Layer::layernorm, Pass::forward, stream);  // residual fused into layernorm
-        residual_layernorm_forward(ks, residual_out, ln_out, mean, rstd, a, b, w, bias, N, C, stream);
-        return;
-    }
-    {
-        ProfileSpan s(prof, Layer::residual, Pass::forward, stream);
-        residual_forward(ks, residual_out, a, b, (size_t)N * C, stream);
-    }
-    ProfileSpan s(prof, Layer::layernorm, Pass::forward, stream);
-    layernorm_forward(ks, ln_out, mean, rstd, residual_out, w, bias, N, C, stream);
+// tokens -> page-locked staging -> device, without stalling the host (a pageable copy would wait for the stream
+// to drain). The staging is reused only after the previous copy out of it has finished.
+inline void GPT2Model::upload_tokens(const int* inputs, const int* targets, int N) {
+    cudaCheck(cudaEventSynchronize(tokens_copied));
+    int* in_pinned = tokens_pinned;
+    int* tg_pinned = tokens_pinned + (size_t)B * T;
+    std::copy(inputs, inputs + N, in_pinned);
+    if (targets) std::copy(targets, targets + N, tg_pinned);
+    cudaCheck(cudaMemcpyAsync(acts.inputs, in_pinned, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (targets) cudaCheck(cudaMemcpyAsync(acts.targets, tg_pinned, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaEventRecord(tokens_copied, stream));
 }
 
 inline void GPT2Model::forward(const int* inputs, const int* targets, int B_, int T_, bool for_training,
@@ -436,88 +373,29 @@ inline void GPT2Model::forward(const int* inputs, const int* targets, int B_, in
             fail("forward: target token %d at position %d is not in [0, %d)", targets[i], i, V);
     }
     fwd_B = B_, fwd_T = T_;
-    ActivationTensors& a = acts;
+    upload_tokens(inputs, targets, N);
+    const OpContext ctx = ops();
+    const ActivationTensors& a = acts;
     const ParameterTensors& p = params;
-    // tokens -> page-locked staging -> device, without stalling the host (a pageable copy would wait for the
-    // stream to drain). The staging is reused only after the previous copy out of it has finished.
-    cudaCheck(cudaEventSynchronize(tokens_copied));
-    int* in_pinned = tokens_pinned;
-    int* tg_pinned = tokens_pinned + (size_t)B * T;
-    std::copy(inputs, inputs + N, in_pinned);
-    if (targets) std::copy(targets, targets + N, tg_pinned);
-    cudaCheck(cudaMemcpyAsync(a.inputs, in_pinned, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (targets) cudaCheck(cudaMemcpyAsync(a.targets, tg_pinned, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaEventRecord(tokens_copied, stream));
+    floatX* proj = a.scratch_btc;  // (B,T,C) the attproj, then the fcproj output
 
-    {
-        ProfileSpan s(prof, Layer::encoder, Pass::forward, stream);
-        encoder_forward(ks, a.encoded, a.inputs, p.wte, p.wpe, B_, T_, C, stream);  // (B,T,C)
-    }
-    {
-        ProfileSpan s(prof, Layer::layernorm, Pass::forward, stream);
-        layernorm_forward(ks, a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, stream);
-    }
+    encoder_forward(ctx, a.encoded, a.inputs, p.wte, p.wpe, B_, T_, C);
+    layernorm_forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C);
     for (int l = 0; l < L; l++) {
-        const floatX* residual = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);  // (B,T,C) x entering layer l
-        floatX* ln1 = layer(a.ln1, l, C);                  // (B,T,C)
-        floatX* qkv = layer(a.qkv, l, 3 * C);              // (B,T,3C)
-        floatX* atty = layer(a.atty, l, C);                // (B,T,C)
-        void* att_saved = a.att_saved + l * att_saved_bytes;
-        floatX* residual2 = layer(a.residual2, l, C);      // (B,T,C)
-        floatX* ln2 = layer(a.ln2, l, C);                  // (B,T,C)
-        floatX* fch = layer(a.fch, l, 4 * C);              // (B,T,4C)
-        floatX* fch_gelu = layer(a.fch_gelu, l, 4 * C);    // (B,T,4C)
-        floatX* residual3 = layer(a.residual3, l, C);      // (B,T,C)
-        floatX* proj = a.scratch_btc;                      // (B,T,C) attproj, then fcproj output
-        const size_t CC = (size_t)C * C;
-
-        // attention block
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-            matmul_forward(ks, qkv, ln1, p.qkvw + l * 3 * CC, p.qkvb + l * 3 * C, N, C, 3 * C, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::attention, Pass::forward, stream);
-            attention_forward(ks, atty, att_saved, ws, qkv, B_, T_, C, NH, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-            matmul_forward(ks, proj, atty, p.attprojw + l * CC, p.attprojb + l * C, N, C, C, stream);
-        }
-        residual_layernorm(residual2, ln2, layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), residual, proj,
-                           p.ln2w + l * C, p.ln2b + l * C, N);
-        // MLP block
-        if (ks.matmul == Variant::flash && ks.gelu == Variant::flash) {  // one cuBLASLt call with GELU epilogue
-            ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-            matmul_gelu_forward(ks, fch_gelu, fch, ln2, p.fcw + l * 4 * CC, p.fcb + l * 4 * C, N, C, 4 * C, stream);
-        } else {
-            {
-                ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-                matmul_forward(ks, fch, ln2, p.fcw + l * 4 * CC, p.fcb + l * 4 * C, N, C, 4 * C, stream);
-            }
-            ProfileSpan s(prof, Layer::gelu, Pass::forward, stream);
-            gelu_forward(ks, fch_gelu, fch, (size_t)N * 4 * C, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-            matmul_forward(ks, proj, fch_gelu, p.fcprojw + l * 4 * CC, p.fcprojb + l * C, N, 4 * C, C, stream);
-        }
-        // x + MLP(x), normalized for the next layer (or by the final layernorm)
-        const bool last = l == L - 1;
-        residual_layernorm(residual3, last ? a.lnf : layer(a.ln1, l + 1, C),
-                           last ? a.lnf_mean : layer(a.ln1_mean, l + 1, 1),
-                           last ? a.lnf_rstd : layer(a.ln1_rstd, l + 1, 1), residual2, proj,
-                           last ? p.lnfw : p.ln1w + (l + 1) * C, last ? p.lnfb : p.ln1b + (l + 1) * C, N);
+        const BlockActivations y = block(l);
+        const BlockWeights w = p.block(l, C);
+        const NormTensors next = norm_before(l + 1);
+        matmul_forward(ctx, y.qkv, y.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        attention_forward(ctx, y.atty, y.att_saved, y.qkv, B_, T_, C, NH);
+        matmul_forward(ctx, proj, y.atty, w.attprojw, w.attprojb, N, C, C);
+        residual_layernorm_forward(ctx, y.residual2, y.ln2, y.ln2_mean, y.ln2_rstd, y.input, proj, w.ln2w, w.ln2b, N, C);
+        matmul_gelu_forward(ctx, y.fch_gelu, y.fch, y.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        matmul_forward(ctx, proj, y.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        residual_layernorm_forward(ctx, y.residual3, next.out, next.mean, next.rstd, y.residual2, proj, next.w, next.b,
+                                   N, C);  // x + MLP(x), normalized for the next block (or by lnf)
     }
-    {
-        ProfileSpan s(prof, Layer::matmul, Pass::forward, stream);
-        matmul_forward(ks, a.logits, a.lnf, p.wte, nullptr, N, C, Vp, stream);  // (B,T,Vp), weights tied to wte
-    }
-    if (targets) {
-        // softmax + cross-entropy (+ dlogits in place when training); charged to the forward column
-        ProfileSpan s(prof, Layer::classifier, Pass::forward, stream);
-        fused_classifier(ks, a.logits, a.losses, ws, a.targets, B_, T_, V, Vp, dloss_scale, for_training, stream);
-    }
+    matmul_forward(ctx, a.logits, a.lnf, p.wte, nullptr, N, C, Vp);  // (B,T,Vp), weights tied to wte
+    if (targets) fused_classifier(ctx, a.logits, a.losses, a.targets, B_, T_, V, Vp, dloss_scale, for_training);
 }
 
 inline float GPT2Model::mean_loss() const {
@@ -536,76 +414,33 @@ inline float GPT2Model::mean_loss() const {
 inline void GPT2Model::backward() {
     const int L = config.num_layers, NH = config.num_heads, C = config.channels, Vp = config.padded_vocab_size;
     const int B_ = fwd_B, T_ = fwd_T, N = B_ * T_;
-    ActivationTensors& a = acts;
+    const OpContext ctx = ops();
+    const ActivationTensors& a = acts;
     const ParameterTensors& p = params;
-    ParameterTensors& g = grads;
-    floatX* dresidual = a.dresidual;   // (B,T,C) d loss / d x at the current depth
-    floatX* dbtc = a.scratch_btc;      // (B,T,C)
-    floatX* dbt4c = a.scratch_bt4c;    // (B,T,4C)
-    const size_t CC = (size_t)C * C;
+    const ParameterTensors& g = grads;
+    floatX* dres = a.dresidual;     // (B,T,C) d loss / d x at the current depth
+    floatX* dbtc = a.scratch_btc;   // (B,T,C)
+    floatX* dbt4c = a.scratch_bt4c; // (B,T,4C)
 
     // LM head: dlogits (in a.logits) -> dlnf, dwte; then the final layernorm into the residual stream.
-    {
-        ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);
-        matmul_backward(ks, dbtc, g.wte, nullptr, ws, a.logits, a.lnf, p.wte, nullptr, N, C, Vp, stream);
-    }
-    cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)N * C * sizeof(floatX), stream));  // layernorm_backward adds
-    {
-        ProfileSpan s(prof, Layer::layernorm, Pass::backward, stream);
-        layernorm_backward(ks, dresidual, g.lnfw, g.lnfb, ws, dbtc, layer(a.residual3, L - 1, C), p.lnfw,
-                           a.lnf_mean, a.lnf_rstd, N, C, stream);
-    }
+    matmul_backward(ctx, dbtc, g.wte, nullptr, a.logits, a.lnf, p.wte, nullptr, N, C, Vp);
+    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), stream));  // layernorm_backward adds
+    layernorm_backward(ctx, dres, g.lnfw, g.lnfb, dbtc, layer(a.residual3, L - 1, C), p.lnfw, a.lnf_mean, a.lnf_rstd,
+                       N, C);
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* residual = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
-        // MLP block. dresidual = d residual3[l]; the residual add passes it unchanged to residual2 and fcproj.
-        if (ks.matmul == Variant::flash && ks.gelu == Variant::flash) {  // DGELU in the cuBLASLt epilogue
-            ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);
-            matmul_backward(ks, dbt4c, g.fcprojw + l * 4 * CC, g.fcprojb + l * C, ws, dresidual,
-                            layer(a.fch_gelu, l, 4 * C), p.fcprojw + l * 4 * CC, layer(a.fch, l, 4 * C), N, 4 * C, C,
-                            stream);
-        } else {
-            {
-                ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);
-                matmul_backward(ks, dbt4c, g.fcprojw + l * 4 * CC, g.fcprojb + l * C, ws, dresidual,
-                                layer(a.fch_gelu, l, 4 * C), p.fcprojw + l * 4 * CC, nullptr, N, 4 * C, C, stream);
-            }
-            ProfileSpan s(prof, Layer::gelu, Pass::backward, stream);
-            gelu_backward(ks, dbt4c, layer(a.fch, l, 4 * C), dbt4c, (size_t)N * 4 * C, stream);  // in place
-        }
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);  // dbt4c = d fch -> d ln2
-            matmul_backward(ks, dbtc, g.fcw + l * 4 * CC, g.fcb + l * 4 * C, ws, dbt4c, layer(a.ln2, l, C),
-                            p.fcw + l * 4 * CC, nullptr, N, C, 4 * C, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::layernorm, Pass::backward, stream);  // dresidual += d residual2 via ln2
-            layernorm_backward(ks, dresidual, g.ln2w + l * C, g.ln2b + l * C, ws, dbtc, layer(a.residual2, l, C),
-                               p.ln2w + l * C, layer(a.ln2_mean, l, 1), layer(a.ln2_rstd, l, 1), N, C, stream);
-        }
-        // attention block. dresidual = d residual2[l], passed to the block input and to attproj.
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);  // -> d atty
-            matmul_backward(ks, dbtc, g.attprojw + l * CC, g.attprojb + l * C, ws, dresidual, layer(a.atty, l, C),
-                            p.attprojw + l * CC, nullptr, N, C, C, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::attention, Pass::backward, stream);  // d atty -> d qkv (B,T,3C)
-            attention_backward(ks, dbt4c, ws, dbtc, layer(a.qkv, l, 3 * C), layer(a.atty, l, C),
-                               a.att_saved + l * att_saved_bytes, B_, T_, C, NH, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::matmul, Pass::backward, stream);  // d qkv -> d ln1
-            matmul_backward(ks, dbtc, g.qkvw + l * 3 * CC, g.qkvb + l * 3 * C, ws, dbt4c, layer(a.ln1, l, C),
-                            p.qkvw + l * 3 * CC, nullptr, N, C, 3 * C, stream);
-        }
-        {
-            ProfileSpan s(prof, Layer::layernorm, Pass::backward, stream);  // dresidual += d x via ln1
-            layernorm_backward(ks, dresidual, g.ln1w + l * C, g.ln1b + l * C, ws, dbtc, residual, p.ln1w + l * C,
-                               layer(a.ln1_mean, l, 1), layer(a.ln1_rstd, l, 1), N, C, stream);
-        }
+        const BlockActivations y = block(l);
+        const BlockWeights w = p.block(l, C), dw = g.block(l, C);
+        // MLP: dres = d residual3, passed unchanged to residual2 and to fcproj (then through the GELU)
+        matmul_backward(ctx, dbt4c, dw.fcprojw, dw.fcprojb, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C);
+        matmul_backward(ctx, dbtc, dw.fcw, dw.fcb, dbt4c, y.ln2, w.fcw, nullptr, N, C, 4 * C);
+        layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, dbtc, y.residual2, w.ln2w, y.ln2_mean, y.ln2_rstd, N, C);
+        // attention: dres = d residual2, passed to the block input and to attproj
+        matmul_backward(ctx, dbtc, dw.attprojw, dw.attprojb, dres, y.atty, w.attprojw, nullptr, N, C, C);
+        attention_backward(ctx, dbt4c, dbtc, y.qkv, y.atty, y.att_saved, B_, T_, C, NH);  // -> d qkv (B,T,3C)
+        matmul_backward(ctx, dbtc, dw.qkvw, dw.qkvb, dbt4c, y.ln1, w.qkvw, nullptr, N, C, 3 * C);
+        layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, dbtc, y.input, w.ln1w, y.ln1_mean, y.ln1_rstd, N, C);
     }
-    ProfileSpan s(prof, Layer::encoder, Pass::backward, stream);
-    encoder_backward(ks, g.wte, g.wpe, ws, dresidual, a.inputs, B_, T_, C, Vp, stream);
+    encoder_backward(ctx, g.wte, g.wpe, dres, a.inputs, B_, T_, C, Vp);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -613,8 +448,8 @@ inline void GPT2Model::backward() {
 // replica's slice (all of them when not sharded: shard_layout is then the layout itself).
 inline float GPT2Model::update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip,
                                int t, const std::function<void(float* norm2)>& sum_norm2) {
-    ProfileSpan s(prof, Layer::adamw, Pass::forward, stream);
-    global_norm_squared(ks, norm2, ws, grads_memory + shard_begin, shard_layout, stream);
+    const OpContext ctx = ops();
+    global_norm_squared(ctx, norm2, grads_memory + shard_begin, shard_layout);
     if (sum_norm2) sum_norm2(norm2);
     float norm2_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm2_host, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -623,7 +458,7 @@ inline float GPT2Model::update(float lr, float beta1, float beta2, float eps, fl
     AdamWHyper hp;
     hp.lr = lr, hp.beta1 = beta1, hp.beta2 = beta2, hp.eps = eps, hp.weight_decay = weight_decay, hp.t = t;
     hp.grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;  // llm.c's clipping rule
-    adamw_update(ks, master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp, stream);
+    adamw_update(ctx, master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp);
     return norm;
 }
 

@@ -2,6 +2,8 @@
 //
 // The idea: every layer op the model launches is bracketed by two events recorded on the same stream,
 //     prof.begin(Layer::attention, Pass::backward, stream);  attention_backward(...);  prof.end(stream);
+// The layer ops of llmc/kernels.h open these spans themselves (an op that fuses two layers, such as the flash
+// layernorm with the residual add, is charged to the layer whose kernel runs), so the model never names one.
 // After the step, collect() waits for the last event and adds each pair's elapsed time to a table
 // (layer × {forward, backward}). Events are recorded, not waited on, so the GPU keeps running while the CPU
 // queues more work; only collect() synchronizes. The events are created once and reused every step.
@@ -11,20 +13,14 @@
 // so profiled steps are a little slower than plain ones; the totals we print come from unprofiled steps).
 #pragma once
 #include <array>
+#include <ctime>
+#include <string>
 #include <vector>
 
 #include "llmc/common.cuh"
+#include "llmc/layer.h"
 
 namespace flashgpt2 {
-
-// The eight layers of DESIGN.md's table, in its order. Ops that fuse two layers (flash layernorm with the
-// residual add, flash matmul with the GELU) are charged to the first one named here.
-enum class Layer { encoder, layernorm, matmul, attention, gelu, residual, classifier, adamw, count };
-constexpr int NUM_LAYERS_TIMED = static_cast<int>(Layer::count);
-constexpr std::array<const char*, NUM_LAYERS_TIMED> LAYER_NAMES = {
-    "encoder", "layernorm", "matmul", "attention", "gelu", "residual", "classifier", "adamw"};
-
-enum class Pass { forward, backward };
 
 class LayerProfiler {
 public:
@@ -75,8 +71,8 @@ private:
     };
     std::vector<cudaEvent_t> events_;  // grows to 2 × (spans per step) once, then reused
     std::vector<Span> spans_;          // the spans recorded since the last collect()
-    std::array<std::array<double, 2>, NUM_LAYERS_TIMED> ms_{};
-    std::array<std::array<long, 2>, NUM_LAYERS_TIMED> calls_{};
+    std::array<std::array<double, 2>, NUM_LAYERS> ms_{};
+    std::array<std::array<long, 2>, NUM_LAYERS> calls_{};
 
     static int idx(Layer l) { return static_cast<int>(l); }
     static int idx(Pass p) { return p == Pass::forward ? 0 : 1; }
@@ -90,7 +86,7 @@ private:
     }
 };
 
-// RAII form for one op: `{ ProfileSpan s(prof, Layer::matmul, Pass::forward, stream); matmul_forward(...); }`.
+// RAII form for one op: `{ ProfileSpan s(prof, Layer::matmul, Pass::forward, stream); matmul_forward_flash(...); }`.
 // A null profiler makes it a no-op.
 class ProfileSpan {
 public:
@@ -107,5 +103,13 @@ private:
     LayerProfiler* p_;
     cudaStream_t s_;
 };
+
+// The time a measurement was made, for the tables that state it: ISO 8601, universal time ("Z"), to the minute.
+inline std::string utc_timestamp() {
+    const std::time_t t = std::time(nullptr);
+    char b[32];
+    std::strftime(b, sizeof b, "%Y-%m-%dT%H:%MZ", std::gmtime(&t));
+    return b;
+}
 
 }  // namespace flashgpt2

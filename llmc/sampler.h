@@ -12,7 +12,7 @@
 #include <numeric>
 #include <vector>
 
-#include "error.h"
+#include "llmc/error.h"
 
 namespace flashgpt2 {
 

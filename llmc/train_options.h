@@ -15,6 +15,7 @@
 
 #include "llmc/error.h"
 #include "llmc/kernels.h"
+#include "llmc/parse.h"
 
 namespace flashgpt2 {
 
@@ -94,6 +95,9 @@ inline void print_help(FILE* f) {
             "  --kernels naive|flash   the whole set                     [flash]\n"
             "  --encoder --layernorm --matmul --attention --gelu --residual --classifier --adamw naive|flash\n"
             "                 override one layer (after --kernels, e.g. --kernels flash --attention naive)\n"
+            "  --attention flash:wgmma|flash:mma|flash:fp32\n"
+            "                 the flash attention's engine (plain flash: the best one this card and head size run;\n"
+            "                 the step header names the engines that ran; one that cannot run is an error)\n"
             "  --list-kernels print each layer's naive and flash kernel and exit\n"
             "  --compare      time every layer with the naive set, then the flash set (same seed, same data),\n"
             "                 print the table and write it to DIR/compare.md (what `make compare` runs)\n"
@@ -105,31 +109,9 @@ inline void print_help(FILE* f) {
 }
 
 inline bool is_layer_flag(const std::string& name) {
-    for (const char* layer : LAYER_KINDS)
+    for (const char* layer : LAYER_NAMES)
         if (name == layer) return true;
     return false;
-}
-
-// Strict number parsing: the whole string must be the number.
-inline long parse_long(const char* flag, const char* s) {
-    errno = 0;
-    char* end = nullptr;
-    const long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) fail("%s: '%s' is not an integer", flag, s);
-    return v;
-}
-inline int parse_int(const char* flag, const char* s, long lo, long hi) {
-    const long v = parse_long(flag, s);
-    if (v < lo || v > hi) fail("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
-    return static_cast<int>(v);
-}
-inline float parse_float(const char* flag, const char* s, double lo, double hi) {
-    errno = 0;
-    char* end = nullptr;
-    const double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || !std::isfinite(v)) fail("%s: '%s' is not a number", flag, s);
-    if (v < lo || v > hi) fail("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
-    return static_cast<float>(v);
 }
 
 inline TrainOptions parse_args(int argc, char** argv) {

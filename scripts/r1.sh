@@ -1,4 +1,6 @@
-# Recipe R1 of ../shared/anchors/README.md, sourced by scripts/gpu.d/40_train.sh and 41_r1_spread.sh.
+# Recipe R1, "the quality recipe": GPT-2 124M trained from scratch on TinyShakespeare exactly as llm.c's reference
+# run (doc/design.md, "The quality recipe"), so its val curve can be held against llm.c's. Sourced by
+# scripts/bench/40_train.sh and 41_r1_spread.sh; scripts/torch/r1.py is the same recipe in PyTorch.
 # Seed 42 is llm.c's: our init and data order are drawn as llm.c draws them, so the seed-42 run starts from the
 # reference run's weights and reads its batches in its order (the arithmetic still differs: cuDNN vs ours).
 # GPT-2 124M from scratch, B=16 T=1024, AdamW lr 6e-4, 20 warm-up steps, cosine to 10%, weight decay 0.1, clip
@@ -10,7 +12,8 @@
 R1_FLAGS=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin
           --tokenizer data/gpt2_tokenizer.bin -e d12 -n -1
           -b 16 -t 1024 -l 6e-4 -u 20 -q 0.1 -c 0.1 --grad-clip 1.0 -x 250 -v 10 -m 1 --kernels flash)
-# step:val loss of the llm.c + cuDNN run (anchors), and the steps the acceptance checks (within +-0.1).
+# step:val loss of one llm.c + cuDNN run of this recipe (llm.c's train_gpt2cu with USE_CUDNN=1, -e d12, seed 42, on
+# an H200; the project's anchors, 2026-11-29), and the steps the acceptance checks (within +-0.1).
 R1_REFERENCE="0:11.008 10:8.055 20:6.401 50:6.039 100:5.666 150:5.329 200:5.352 250:5.344"
 R1_ACCEPT_STEPS="20 100 150 250"
 

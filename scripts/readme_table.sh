@@ -4,7 +4,7 @@
 #   ...generated, replaced on every run...
 #   <!-- MARKER:end -->
 # Usage: bash scripts/readme_table.sh FILE MARKER [README]     (README defaults to README.md)
-# e.g.   bash scripts/readme_table.sh doc/attention_forward.md attention-forward
+# e.g.   bash scripts/readme_table.sh doc/results/attention_forward.md attention-forward
 # Fails with one clear line (and leaves README untouched) if FILE is missing or the markers are not there
 # exactly once each, in order. README is rewritten via README.tmp + rename: never half-written.
 set -euo pipefail

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include "llmc/common.cuh"
 #include "llmc/error.h"
+#include "llmc/kernel_common.cuh"  // to_float, from_float
 
 enum class DType { F32, BF16 };
 
@@ -42,12 +43,9 @@ inline double attention_forward_flops(int B, int NH, int T, int HS) {
 
 namespace ladder {
 
-// Element conversions, so one templated kernel serves fp32 and bf16 storage. Arithmetic is always fp32.
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+// Element conversions (llmc's), so one templated kernel serves fp32 and bf16 storage. Arithmetic is always fp32.
+using flashgpt2::from_float;
+using flashgpt2::to_float;
 
 // Head offset: element (b, h, t, d) of a (B, NH, T, HS) tensor is at ((b·NH + h)·T + t)·HS + d. Rungs
 // flatten (b, h) into one index bh, so a head starts at bh·T·HS; size_t because B·NH·T·HS passes 2^31.

@@ -17,8 +17,14 @@
 #include <optional>
 #include <random>
 #include "dev/attention/attention.cuh"
+#include "dev/attention/backward/runner_bwd.cuh"  // `runner bwd`: the backwards, validated and timed the same way
+#include "dev/attention/problem.cuh"
 #include "dev/harness.cuh"
 #include "dev/plot.h"
+#include "llmc/fileio.h"
+#include "llmc/parse.h"
+#include "llmc/peak.h"
+#include "llmc/profile.h"  // utc_timestamp
 #include "llmc/ref/attention.h"
 
 #include "dev/attention/forward/1_naive.cuh"
@@ -54,77 +60,12 @@ using namespace flashgpt2;
 using harness::Compared;
 using harness::Range;
 
-constexpr double kPeakBf16 = 790;  // TFLOP/s bf16 dense matmul, measured on the lent H200 (shared/anchors/README.md)
-constexpr double kPeakFp32 = 67;   // TFLOP/s fp32 without tensor cores, H200 SXM datasheet (not measured)
-
-struct Shape {
-    int B, NH, T, HS;
-    std::string str() const {
-        char b[64];
-        snprintf(b, sizeof b, "(%d,%d,%d,%d)", B, NH, T, HS);
-        return b;
-    }
-    size_t elems() const { return (size_t)B * NH * T * HS; }  // of q, k, v, o: (B, NH, T, HS)
-    size_t rows() const { return (size_t)B * NH * T; }        // of lse: (B, NH, T)
-};
-const Shape kAnchorShapes[] = {{8, 12, 1024, 64}, {64, 12, 1024, 64}, {4, 12, 4096, 64}, {1, 12, 16384, 64}, {16, 16, 2048, 128}};
+using dev::DeviceBuffer;
+using dev::Shape;
+constexpr double kPeakBf16 = PEAK_BF16_TFLOPS;  // llmc/peak.h
+constexpr double kPeakFp32 = PEAK_FP32_TFLOPS;
 
 std::string rung_label(const Rung& r) { return std::to_string(r.id) + " " + r.name + " (" + dtype_name(r.dtype) + ")"; }
-
-// ---- device memory that frees itself; a failed allocation is an Error (the bench skips that rung) ----
-struct DeviceBuffer {
-    void* p = nullptr;
-    explicit DeviceBuffer(size_t bytes, const char* what = "buffer") {
-        if (bytes == 0) return;
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-            (void)cudaGetLastError();  // clear the (non-sticky) allocation error
-            p = nullptr;
-            fail("%s: cannot allocate %.2f GB on the GPU", what, bytes / 1e9);
-        }
-    }
-    ~DeviceBuffer() { if (p) cudaFree(p); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-// ---- the oracle: llmc/ref's standard attention in double, on the heads we check ----
-// The reference takes llm.c's qkv layout (B, T, 3C); we pack the n checked heads as the n heads of one
-// batch row (C = n·HS), so its OpenMP loop over heads runs them in parallel. lse comes from its scores.
-void oracle(const Shape& s, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-            const std::vector<int>& heads, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
-    const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
-    std::vector<double> qkv((size_t)T * 3 * C), out((size_t)T * C);           // (1, T, 3C)  (1, T, C)
-    std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T);    // (1, n, T, T) each
-    for (int hh = 0; hh < n; hh++)
-        for (int t = 0; t < T; t++)
-            for (int d = 0; d < HS; d++) {
-                const size_t src = ((size_t)heads[hh] * T + t) * HS + d, dst = (size_t)t * 3 * C + hh * HS + d;
-                qkv[dst] = q[src];
-                qkv[dst + C] = k[src];
-                qkv[dst + 2 * C] = v[src];
-            }
-    ref::attention_forward<double>(out.data(), preatt.data(), att.data(), qkv.data(), 1, T, C, n);
-    o_ref.assign(s.elems(), 0.0);
-    lse_ref.assign(s.rows(), 0.0);
-    for (int hh = 0; hh < n; hh++)
-        for (int t = 0; t < T; t++) {
-            const size_t row = (size_t)heads[hh] * T + t;
-            for (int d = 0; d < HS; d++) o_ref[row * HS + d] = out[(size_t)t * C + hh * HS + d];
-            const double* sc = &preatt[((size_t)hh * T + t) * T];  // scaled scores of row t; causal prefix 0..t
-            double m = sc[0], sum = 0;
-            for (int t2 = 1; t2 <= t; t2++) m = std::max(m, sc[t2]);
-            for (int t2 = 0; t2 <= t; t2++) sum += std::exp(sc[t2] - m);
-            lse_ref[row] = m + std::log(sum);
-        }
-}
-
-// How many heads the oracle checks fully: all of them on small problems; on big ones as many as fit
-// ~3e10 double multiply-adds (its two T×T×HS matmuls per head) and 4 GB of T×T buffers, at least one.
-int heads_to_check(const Shape& s) {
-    const double fma_per_head = 2.0 * s.T * s.T * s.HS, bytes_per_head = 2.0 * s.T * s.T * sizeof(double);
-    const double n = std::min({(double)s.B * s.NH, 48.0, std::floor(3e10 / fma_per_head), std::floor(4e9 / bytes_per_head)});
-    return std::max(1, (int)n);
-}
 
 // ---- one problem: a shape, fresh random inputs per precision, the oracle's answers, the outputs ----
 struct Inputs {
@@ -144,7 +85,7 @@ struct Problem {
     std::unique_ptr<DeviceBuffer> o, lse;  // outputs, sized for fp32
 
     Problem(const Shape& shape, uint64_t seed_) : s(shape), seed(seed_) {
-        const int total = s.B * s.NH, n = std::min(total, heads_to_check(s));
+        const int total = s.B * s.NH, n = std::min(total, dev::heads_to_check(s));
         std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
         std::vector<int> all(total);
         for (int i = 0; i < total; i++) all[i] = i;
@@ -198,7 +139,7 @@ struct Problem {
             }
             cudaCheck(cudaMemcpy((*dev[i])->p, src, bytes, cudaMemcpyHostToDevice));
         }
-        oracle(s, x.q, x.k, x.v, heads, x.o_ref, x.lse_ref);
+        dev::oracle(s, x.q, x.k, x.v, heads, x.o_ref, x.lse_ref);
         return x;
     }
 };
@@ -279,37 +220,16 @@ Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stre
     return m;
 }
 
-// ---- command line ----
-int parse_int(const char* s, const char* what, int lo, int hi) {
-    char* end = nullptr;
-    const long x = strtol(s, &end, 10);
-    if (!*s || *end || x < lo || x > hi) fail("%s: expected an integer in [%d, %d], got '%s'", what, lo, hi, s);
-    return (int)x;
-}
-
-std::string now_utc() {
-    const std::time_t t = std::time(nullptr);
-    char b[64];
-    std::strftime(b, sizeof b, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
-    return b;
-}
-
-std::string card_name() {
-    int dev;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaGetDeviceProperties(&prop, dev));
-    return prop.name;
-}
-
+// Every rung of both ladders; host facts only, so it runs without a GPU.
 int cmd_list() {
-    printf("%-3s %-5s %-22s %-16s %-14s %s\n", "id", "dtype", "file", "name", "head dims", "workspace at (8,12,1024,64)");
+    printf("%-4s %-3s %-5s %-22s %-16s %-14s %s\n", "pass", "id", "dtype", "file", "name", "head dims",
+           "workspace at (8,12,1024,64)");
     for (const Rung& r : RUNGS) {
         std::string dims;
         for (int hs : {32, 64, 96, 128, 256})
             if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
-        printf("%-3d %-5s %-22s %-16s %-14s %.1f MB\n", r.id, dtype_name(r.dtype), r.file, r.name, dims.c_str(),
-               workspace_of(r, {8, 12, 1024, 64}) / 1e6);
+        printf("%-4s %-3d %-5s %-22s %-16s %-14s %.1f MB\n", "fwd", r.id, dtype_name(r.dtype), r.file, r.name,
+               dims.c_str(), workspace_of(r, {8, 12, 1024, 64}) / 1e6);
     }
     return 0;
 }
@@ -319,15 +239,6 @@ struct Cell {              // one rung on one shape
     std::string status;    // "ok", "FAIL", "skip: <why>"
     Measured m;
 };
-
-void write_file_atomic(const std::string& path, const std::string& text) {  // never a half-written file
-    const std::string tmp = path + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) fail("%s: cannot write", tmp.c_str());
-    const bool ok = fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (fclose(f) != 0 || !ok) fail("%s: write failed", tmp.c_str());
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("%s: cannot rename to %s", tmp.c_str(), path.c_str());
-}
 
 std::string fmt_tflops(double x) {
     char b[32];
@@ -431,6 +342,36 @@ std::string report_md(const BenchReport& R) {
     return out + "\n";
 }
 
+// One rung file's "Measured" block (its doc page splices it in between its measured markers): every entry of the
+// RUNGS table from that file, on every anchor shape, beside cuDNN when the anchors were measured.
+std::string report_rung_md(const BenchReport& R, const std::string& file) {
+    std::string out = "Card: " + R.card + " · " + R.date + " · `" + R.command + "` (run by `make bench-attention`); " +
+                      "causal, TFLOP/s by the FlashAttention count 4·B·H·T²·D/2, validated against the oracle first.\n\n" +
+                      "| rung | shape | ms | TFLOP/s | % of peak | ÷ cuDNN (same run) |\n|---|---|--:|--:|--:|--:|\n";
+    char b[256];
+    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
+        const Rung& r = *R.rungs[ri];
+        if (file != r.file) continue;
+        for (size_t si = 0; si < R.shapes.size(); si++) {
+            const Cell& c = R.cells[si][ri];
+            const std::string label = std::to_string(r.id) + " " + r.name + " (" + dtype_name(r.dtype) + ")";
+            if (c.status != "ok") {
+                snprintf(b, sizeof b, "| %s | %s | %s | | | |\n", label.c_str(), R.shapes[si].str().c_str(), c.status.c_str());
+            } else {
+                const double peak = r.dtype == DType::F32 ? kPeakFp32 : kPeakBf16;
+                const harness::AnchorRow* a = R.anchor(si, "cudnn");
+                char ratio[32] = "–";
+                if (a && a->fwd_tflops > 0) snprintf(ratio, sizeof ratio, "%.2f×", c.m.tflops / a->fwd_tflops);
+                snprintf(b, sizeof b, "| %s | %s | %.4f | %s | %.1f%% of %.0f (%s) | %s |\n", label.c_str(),
+                         R.shapes[si].str().c_str(), c.m.ms, fmt_tflops(c.m.tflops).c_str(), 100 * c.m.tflops / peak,
+                         peak, r.dtype == DType::F32 ? "fp32, datasheet" : "bf16, measured", ratio);
+            }
+            out += b;
+        }
+    }
+    return out;
+}
+
 void report_png(const BenchReport& R, const std::string& path) {
     plot::BarChart c;
     c.title = "Attention forward, causal: TFLOP/s (log scale)";
@@ -463,10 +404,10 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
         const bool has_value = i + 1 < argc;
         if (!strcmp(argv[i], "--anchors") && has_value) anchors_path = argv[++i];
         else if (!strcmp(argv[i], "--out") && has_value) out_dir = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)parse_int(argv[++i], "--seed", 0, 2147483647);
+        else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
         else if (!strcmp(argv[i], "--rungs") && has_value) {
             std::stringstream list(argv[++i]);
-            for (std::string tok; std::getline(list, tok, ',');) only.push_back(parse_int(tok.c_str(), "--rungs", 1, 1000));
+            for (std::string tok; std::getline(list, tok, ',');) only.push_back(parse_int("--rungs", tok.c_str(), 1, 1000));
         } else fail("bench: unknown or incomplete argument '%s'", argv[i]);
     }
     BenchReport R;
@@ -474,18 +415,18 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
     if (ec || !std::filesystem::is_directory(out_dir)) fail("--out %s: cannot create the directory", out_dir.c_str());
-    R.card = card_name();
-    R.date = now_utc();
+    R.card = dev::card_name();
+    R.date = utc_timestamp();
     R.command = command;
     for (const Rung& r : RUNGS)
         if (only.empty() || std::count(only.begin(), only.end(), r.id)) R.rungs.push_back(&r);
     if (R.rungs.empty()) fail("--rungs: none of those rungs exist (see --list)");
     printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", R.card.c_str(), (unsigned long long)seed, R.rungs.size(),
-           std::size(kAnchorShapes));
+           std::size(dev::kAnchorShapes));
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     int failed = 0;
-    for (const Shape& s : kAnchorShapes) {
+    for (const Shape& s : dev::kAnchorShapes) {
         R.shapes.push_back(s);
         Problem p(s, seed + R.shapes.size());
         R.coverage.push_back(p.coverage());
@@ -519,6 +460,13 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
     write_file_atomic(base + ".csv", report_csv(R));
     write_file_atomic(base + ".md", report_md(R));
     report_png(R, base + ".png");
+    const std::string rungs_dir = out_dir + "/rungs";  // one "Measured" block per rung file, for its doc page
+    std::filesystem::create_directories(rungs_dir, ec);
+    std::vector<std::string> files;
+    for (const Rung* r : R.rungs)
+        if (std::find(files.begin(), files.end(), std::string(r->file)) == files.end()) files.push_back(r->file);
+    for (const std::string& f : files)
+        write_file_atomic(rungs_dir + "/" + f.substr(0, f.rfind('.')) + ".md", report_rung_md(R, f));
     printf("wrote %s.csv, %s.md, %s.png\n", base.c_str(), base.c_str(), base.c_str());
     if (failed) printf("bench: %d rung x shape validations FAILED (marked FAIL in the tables)\n", failed);
     return failed ? 1 : 0;
@@ -526,7 +474,7 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
 
 int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     if (argc < 2) fail("usage: runner fwd V [B NH T HS] [--seed S]");
-    const int id = parse_int(argv[1], "fwd V", 1, 1000);
+    const int id = parse_int("fwd V", argv[1], 1, 1000);
     std::vector<const Rung*> rungs;
     for (const Rung& r : RUNGS)
         if (r.id == id) rungs.push_back(&r);
@@ -534,8 +482,8 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     std::vector<int> pos;
     uint64_t seed = std::random_device{}();
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int(argv[++i], "--seed", 0, 2147483647);
-        else pos.push_back(parse_int(argv[i], "fwd B/NH/T/HS", 1, 1 << 24));
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
+        else pos.push_back(parse_int("fwd B/NH/T/HS", argv[i], 1, 1 << 24));
     }
     if (!pos.empty() && pos.size() != 4) fail("fwd: give all four of B NH T HS, or none");
     std::vector<Shape> checks;  // validated in order; the last one is also timed
@@ -551,7 +499,7 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
         if (s.elems() >= (1ull << 31)) fail("fwd: B·NH·T·HS = %zu elements: this runner stays below 2^31", s.elems());
         checks.push_back(s);
     }
-    printf("card: %s, seed %llu\n", card_name().c_str(), (unsigned long long)seed);
+    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     bool all_ok = true;
@@ -575,9 +523,6 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     return all_ok ? 0 : 1;
 }
 
-// `runner bwd`: the trainer's attention backward, validated and timed the same way (its own file).
-#include "dev/attention/backward/runner_bwd.cuh"
-
 int main(int argc, char** argv) {
     return run_main([&] {
         std::string command = "./dev/attention/runner";
@@ -585,7 +530,7 @@ int main(int argc, char** argv) {
         if (argc >= 2 && !strcmp(argv[1], "--list")) return cmd_list();
         if (argc >= 2 && !strcmp(argv[1], "fwd")) return cmd_fwd(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1, command);
-        if (argc >= 2 && !strcmp(argv[1], "bwd")) return cmd_bwd(argc - 1, argv + 1);
+        if (argc >= 2 && !strcmp(argv[1], "bwd")) return bwd_runner::cmd_bwd(argc - 1, argv + 1);
         fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] "
              "[--seed S] | bwd [B NH T HS] [--seed S]");
     });

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "../config.h"
-#include "../error.h"
+#include "llmc/config.h"
+#include "llmc/error.h"
 
 namespace flashgpt2::ref {
 

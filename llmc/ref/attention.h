@@ -6,7 +6,7 @@
 // Causal mask: position t attends to t2 <= t. Above the diagonal (t2 > t) both preatt and att are
 // written as 0, so every element of both buffers is defined (a GPU test may compare the lower triangle).
 #pragma once
-#include "layers.h"
+#include "llmc/ref/layers.h"
 
 namespace flashgpt2::ref {
 

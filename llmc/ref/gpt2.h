@@ -13,21 +13,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "../checkpoint.h"  // validate_config
-#include "../config.h"
-#include "../error.h"
-#include "../sampler.h"
-#include "../torch_rng.h"
-#include "attention.h"
-#include "layers.h"
+#include "llmc/config.h"
+#include "llmc/error.h"
+#include "llmc/init.h"
+#include "llmc/sampler.h"
+#include "llmc/ref/attention.h"
+#include "llmc/ref/layers.h"
 
 namespace flashgpt2::ref {
-
-// Indices of the 16 parameter tensors (PARAMETER_NAMES order).
-enum ParamIndex {
-    WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB,
-    LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB
-};
 
 // Splits a flat parameter (or gradient) buffer into pointers to its 16 tensors.
 template <class T>
@@ -103,33 +96,8 @@ struct GPT2 {
     std::array<const S*, NUM_PARAMETER_TENSORS> param_ptrs() const { return tensor_ptrs(params.data(), config); }
     std::array<S*, NUM_PARAMETER_TENSORS> grad_ptrs() { return tensor_ptrs(grads.data(), config); }
 
-    // GPT-2's initialization, as llm.c's gpt2_build_from_random: weights ~ N(0, 0.02), the two projections
-    // back into the residual stream (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm gains 1;
-    // wte's padding rows (V..Vp) stay 0. The draws are llm.c's too (llmc/torch_rng.h), in its order: wte, wpe,
-    // then layer by layer qkvw, attprojw, fcw, fcprojw. So a seed gives llm.c's initial weights for that seed.
-    void init_random(uint64_t seed) {
-        if (seed > UINT32_MAX) fail("init_random: seed %llu does not fit the generator's 32 bits", (unsigned long long)seed);
-        std::mt19937 g((uint32_t)seed);
-        auto p = param_ptrs();
-        const auto sizes = parameter_sizes(config);
-        const size_t L = config.num_layers;
-        const float proj_std = 0.02f * (1.0f / sqrtf(2.0f * (float)L));
-        std::fill(params.begin(), params.end(), S(0));
-        for (int i : {LN1W, LN2W, LNFW}) std::fill(p[i], p[i] + sizes[i], S(1));
-        std::vector<float> x;
-        auto draw = [&](S* dst, size_t n, float std) {  // n normals into dst
-            x.resize(n);
-            torch_normal(x.data(), n, 0.0f, std, g);
-            std::copy(x.begin(), x.end(), dst);
-        };
-        draw(p[WTE], (size_t)config.vocab_size * config.channels, 0.02f);
-        draw(p[WPE], sizes[WPE], 0.02f);
-        for (size_t l = 0; l < L; l++)
-            for (int i : {QKVW, ATTPROJW, FCW, FCPROJW}) {
-                const size_t n = sizes[i] / L;  // layer l's slice
-                draw(p[i] + l * n, n, (i == ATTPROJW || i == FCPROJW) ? proj_std : 0.02f);
-            }
-    }
+    // GPT-2's initialization, llm.c's draws for this seed (llmc/init.h).
+    void init_random(uint64_t seed) { init_gpt2_weights(params.data(), config, seed); }
 
     // Runs the model on inputs (B,T) and returns the mean cross-entropy loss against targets (B,T).
     // targets == nullptr: only logits and probs are computed (sampling) and -1 is returned.

@@ -34,6 +34,16 @@ GPT2_SHAPES = {12: (12, 768), 24: (16, 1024), 48: (25, 1600)}
 
 # ---- bad input: one line, non-zero exit ----
 
+def peak_bf16_tflops():
+    """The bf16 matmul ceiling every MFU of the project is measured against: read from llmc/peak.h, its one home."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "llmc", "peak.h")) as f:
+        for line in f:
+            if line.startswith("constexpr double PEAK_BF16_TFLOPS"):
+                return float(line.split("=")[1].strip().rstrip(";"))
+    raise RuntimeError("llmc/peak.h has no PEAK_BF16_TFLOPS")
+
+
 def fail(message):
     print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(1)

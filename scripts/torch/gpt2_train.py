@@ -17,7 +17,7 @@
 # tied; wpe with its max-seq-len rows), as the project's C++ trainer counts them: 2 FLOPs per parameter in the
 # forward, 4 in the backward. 6*L*C*T is attention's two T x T matmuls (QK^T and PV): 2*T*C FLOPs per token
 # per layer in the forward once the causal half is dropped, x3 for forward and backward. (The nanoGPT / PaLM
-# count keeps the masked half: 12*L*C*T.) MFU = FLOPs per token * tok/s / --peak-tflops, by default 790 TFLOP/s,
+# count keeps the masked half: 12*L*C*T.) MFU = FLOPs per token * tok/s / --peak-tflops, by default llmc/peak.h's bf16 ceiling (790 TFLOP/s),
 # the bf16 matmul ceiling measured on the H200.
 #
 # Output, read by awk in the project's GPU scripts (keep it exactly): the header line, then one line per run:
@@ -155,7 +155,8 @@ def parse_args():
     p.add_argument("--warmup", type=common.positive_int, default=5, help="untimed steps first (default 5)")
     p.add_argument("--data", default="random", help="random, or an llm.c token file (default random)")
     p.add_argument("--seed", type=int, default=0, help="seed of the init and of the random tokens (default 0)")
-    p.add_argument("--peak-tflops", type=float, default=790.0, help="MFU's denominator (default 790)")
+    p.add_argument("--peak-tflops", type=float, default=common.peak_bf16_tflops(),
+                   help="MFU's denominator (default llmc/peak.h's bf16 ceiling)")
     p.add_argument("--sweep", choices=("long",), help="long: the long-context sweep (see the header comment)")
     args = p.parse_args()
     if not args.peak_tflops > 0:

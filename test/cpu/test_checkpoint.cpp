@@ -59,12 +59,6 @@ void write_bytes(const string& path, const vector<char>& b) {
 
 void set_header_int(vector<char>& bytes, int index, int32_t value) { std::memcpy(&bytes[index * 4], &value, 4); }
 
-bool same_config(const GPT2Config& a, const GPT2Config& b) {
-    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
-           a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
-           a.num_heads == b.num_heads && a.channels == b.channels;
-}
-
 }  // namespace
 
 TEST_CASE("checkpoint: fp32 save/load round trip is bit exact, the header matches llm.c's layout") {

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "llmc/ref/ref.h"
-#include "ref_check.h"
+#include "test/cpu/ref_check.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::test;

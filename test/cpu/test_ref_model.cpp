@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "llmc/ref/ref.h"
-#include "ref_check.h"
+#include "test/cpu/ref_check.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::test;
@@ -55,7 +55,7 @@ TEST_CASE("ref GPT2: the gradient of the loss matches finite differences for all
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         // wte: sample only the V real rows (padded rows only reach ignored logits: both gradients are 0)
-        const size_t end = off + (i == ref::WTE ? (size_t)cfg.vocab_size * cfg.channels : sizes[i]);
+        const size_t end = off + (i == WTE ? (size_t)cfg.vocab_size * cfg.channels : sizes[i]);
         check_grad(PARAMETER_NAMES[i], model.params, grads, loss, sample_indices(off, end, 150, rng));
         off += sizes[i];
     }
@@ -122,11 +122,11 @@ TEST_CASE("ref GPT2: init_random follows GPT-2's initialization, draws as llm.c,
         mean = s / n, sd = std::sqrt(s2 / n - mean * mean);
     };
     const double resid = 0.02 / std::sqrt(2.0 * cfg.num_layers);
-    const struct { int i; double sd; } weights[] = {{ref::WTE, 0.02}, {ref::WPE, 0.02}, {ref::QKVW, 0.02},
-                                                     {ref::ATTPROJW, resid}, {ref::FCW, 0.02}, {ref::FCPROJW, resid}};
+    const struct { int i; double sd; } weights[] = {{WTE, 0.02}, {WPE, 0.02}, {QKVW, 0.02},
+                                                     {ATTPROJW, resid}, {FCW, 0.02}, {FCPROJW, resid}};
     for (auto w : weights) {
         double mean, sd;
-        const size_t n = w.i == ref::WTE ? (size_t)cfg.vocab_size * cfg.channels : sizes[w.i];
+        const size_t n = w.i == WTE ? (size_t)cfg.vocab_size * cfg.channels : sizes[w.i];
         stats(w.i, n, mean, sd);
         // >= 8192 samples each: the sample std is within ~1.5% of the true one and the mean within
         // ~3 std/sqrt(n) ≈ 0.03 std; 10% and 0.1 std are safe bounds that a wrong scale still breaks.
@@ -134,10 +134,10 @@ TEST_CASE("ref GPT2: init_random follows GPT-2's initialization, draws as llm.c,
         CHECK(std::abs(sd - w.sd) <= 0.1 * w.sd);
         CHECK(std::abs(mean) <= 0.1 * w.sd);
     }
-    for (size_t j = (size_t)cfg.vocab_size * cfg.channels; j < sizes[ref::WTE]; j++) CHECK(p[ref::WTE][j] == 0.0f);
-    for (int i : {ref::LN1W, ref::LN2W, ref::LNFW})
+    for (size_t j = (size_t)cfg.vocab_size * cfg.channels; j < sizes[WTE]; j++) CHECK(p[WTE][j] == 0.0f);
+    for (int i : {LN1W, LN2W, LNFW})
         for (size_t j = 0; j < sizes[i]; j++) CHECK(p[i][j] == 1.0f);
-    for (int i : {ref::LN1B, ref::QKVB, ref::ATTPROJB, ref::LN2B, ref::FCB, ref::FCPROJB, ref::LNFB})
+    for (int i : {LN1B, QKVB, ATTPROJB, LN2B, FCB, FCPROJB, LNFB})
         for (size_t j = 0; j < sizes[i]; j++) CHECK(p[i][j] == 0.0f);
 
     // llm.c's draws in llm.c's order: wte, wpe, then per layer qkvw, attprojw, fcw, fcprojw (all sizes here are
@@ -151,11 +151,11 @@ TEST_CASE("ref GPT2: init_random follows GPT-2's initialization, draws as llm.c,
     };
     auto head = [](const float* t) { return vector<float>(t, t + 16); };
     const size_t L = cfg.num_layers, C = cfg.channels, VC = (size_t)cfg.vocab_size * C;
-    CHECK(head(p[ref::WTE]) == first16(0, 0.02f));
-    CHECK(head(p[ref::WPE]) == first16(VC, 0.02f));
+    CHECK(head(p[WTE]) == first16(0, 0.02f));
+    CHECK(head(p[WPE]) == first16(VC, 0.02f));
     const size_t layer = (3 + 1 + 4 + 4) * C * C;  // one layer's qkvw, attprojw, fcw, fcprojw
-    CHECK(head(p[ref::QKVW] + 3 * C * C) == first16(VC + sizes[ref::WPE] + layer, 0.02f));  // layer 1
-    CHECK(head(p[ref::FCPROJW] + 4 * C * C) == first16(VC + sizes[ref::WPE] + layer + 8 * C * C, 0.02f * (1.0f / sqrtf(2.0f * L))));
+    CHECK(head(p[QKVW] + 3 * C * C) == first16(VC + sizes[WPE] + layer, 0.02f));  // layer 1
+    CHECK(head(p[FCPROJW] + 4 * C * C) == first16(VC + sizes[WPE] + layer + 8 * C * C, 0.02f * (1.0f / sqrtf(2.0f * L))));
     // small weights give near-uniform predictions: the loss starts at ln V (GPT-2 124M: ln 50257 ≈ 10.82)
     Rng rng(5);
     vector<int> inp = random_tokens(4 * 16, cfg.vocab_size, rng), tgt = random_tokens(4 * 16, cfg.vocab_size, rng);

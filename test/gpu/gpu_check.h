@@ -1,18 +1,7 @@
 // Helpers for the per-layer GPU tests: device buffers that start poisoned, uploads that round through floatX
-// (so the oracle sees exactly the values the GPU sees), and DESIGN.md's precision rule in one function.
-//
-// The rule (DESIGN.md, "Correctness"):
-//   FP32 build: every kernel, naive and flash, within a relative error ‖a−b‖/‖b‖ <= 1e-5 of the oracle
-//               (flashgpt2::ref in double). fp32 rounds at 2^-24 ≈ 6e-8 per operation; the longest sums
-//               here (C = 768..3072 channels, T keys, V classes) grow that by ~sqrt(K) <= ~60 for
-//               random-sign rounding errors, i.e. <= ~4e-6; a wrong index, mask or factor is O(1).
-//   BF16 build: the FlashAttention rule: the flash kernel's max error against the fp32-or-better oracle is
-//               at most 2x the naive kernel's max error in the same precision, plus an atol of 2^-8 of the
-//               tensor's largest magnitude (about one bf16 rounding step there: two kernels that each round
-//               their output once can land one step apart). Both must also stay within a relative error of
-//               5e-2 (~25 bf16 roundings of 2^-9): a sanity bound that catches a kernel that is wrong
-//               rather than imprecise (the naive kernels' exactness itself is proven by the FP32 build).
-//   Both: NaN or Inf anywhere fails (every output buffer starts as NaN, so an unwritten element fails too).
+// (so the oracle sees exactly the values the GPU sees), and the project's one correctness rule
+// (llmc/correctness.h: fp32 rel <= 1e-5; bf16 the FlashAttention rule, flash max error <= 2x the naive kernel's
+// in the same precision + half an ulp; NaN or Inf anywhere fails) applied to a naive/flash pair.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -26,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "llmc/correctness.h"
 #include "llmc/kernels.h"
 #include "llmc/sampler.h"
 
@@ -51,9 +41,6 @@ constexpr bool BF16_BUILD = false;
 #else
 constexpr bool BF16_BUILD = true;
 #endif
-constexpr double TOL_FP32 = 1e-5;        // see the header comment
-constexpr double TOL_BF16_SANITY = 5e-2;
-constexpr double BF16_ATOL_FRACTION = 1.0 / 256;  // 2^-8 of the tensor's largest |value|
 
 // ---- host conversions through the storage type ----
 inline floatX to_x(double v) {
@@ -139,44 +126,31 @@ inline std::vector<double> rounded_x(std::vector<double> v) {
     return v;
 }
 
-// ---- errors ----
-struct Err {
-    double rel = 0, max_abs = 0, ref_max = 0;
-    bool finite = true;
-};
-inline Err error_of(const std::vector<double>& a, const std::vector<double>& ref) {
-    Err e;
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        if (!std::isfinite(a[i])) e.finite = false;
-        const double d = std::fabs(a[i] - ref[i]);
-        num += d * d;
-        den += ref[i] * ref[i];
-        e.max_abs = std::max(e.max_abs, d);
-        e.ref_max = std::max(e.ref_max, std::fabs(ref[i]));
-    }
-    e.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    return e;
+// ---- errors: the measure and the rule of llmc/correctness.h ----
+inline rule::ErrorStats error_of(const std::vector<double>& a, const std::vector<double>& ref) {
+    rule::ErrorAccumulator acc;
+    for (size_t i = 0; i < a.size(); i++) acc.add(a[i], ref[i], i);
+    return acc.finish();
 }
 
-// DESIGN.md's rule for one output tensor computed by the naive and the flash kernel (see the header).
+// The rule for one output tensor computed by the naive and the flash kernel; `inherited`: error the flash
+// kernel inherits from a rounded input the naive one does not read (llmc/correctness.h).
 inline void check_naive_flash(const std::string& what, const std::vector<double>& naive,
-                              const std::vector<double>& flash, const std::vector<double>& ref) {
+                              const std::vector<double>& flash, const std::vector<double>& ref, double inherited = 0) {
     REQUIRE(naive.size() == ref.size());
     REQUIRE(flash.size() == ref.size());
     REQUIRE(!ref.empty());
-    const Err en = error_of(naive, ref), ef = error_of(flash, ref);
+    const rule::ErrorStats en = error_of(naive, ref), ef = error_of(flash, ref);
     INFO(what << " [" << PRECISION_NAME << "]: naive rel " << en.rel << " max " << en.max_abs << " | flash rel "
-              << ef.rel << " max " << ef.max_abs << " | max|ref| " << en.ref_max);
-    CHECK(en.finite);
-    CHECK(ef.finite);
+              << ef.rel << " max " << ef.max_abs << " | max|ref| " << en.max_ref);
+    CHECK(rule::finite(en));
+    CHECK(rule::finite(ef));
     if (!BF16_BUILD) {
-        CHECK(en.rel <= TOL_FP32);
-        CHECK(ef.rel <= TOL_FP32);
+        CHECK(rule::fp32_ok(en));
+        CHECK(rule::fp32_ok(ef));
     } else {
-        CHECK(en.rel <= TOL_BF16_SANITY);
-        CHECK(ef.rel <= TOL_BF16_SANITY);
-        CHECK(ef.max_abs <= 2.0 * en.max_abs + BF16_ATOL_FRACTION * en.ref_max);
+        CHECK(rule::bf16_sane(en));
+        CHECK(rule::bf16_ok(ef, en, /*stored_bf16=*/true, inherited));
     }
 }
 
@@ -184,11 +158,15 @@ inline void check_naive_flash(const std::string& what, const std::vector<double>
 inline void check_single(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
                          double tol_bf16) {
     REQUIRE(got.size() == ref.size());
-    const Err e = error_of(got, ref);
+    const rule::ErrorStats e = error_of(got, ref);
     INFO(what << " [" << PRECISION_NAME << "]: rel " << e.rel << " max " << e.max_abs);
-    CHECK(e.finite);
-    CHECK(e.rel <= (BF16_BUILD ? tol_bf16 : TOL_FP32));
+    CHECK(rule::finite(e));
+    CHECK(e.rel <= (BF16_BUILD ? tol_bf16 : rule::FP32_REL_TOL));
 }
+
+// The context a layer op runs in, for a test: the kernel set, the default stream, and a workspace when the op
+// needs one.
+inline OpContext ops(const KernelSet& ks, void* ws = nullptr) { return OpContext{ks, 0, ws}; }
 
 // A seed per check: fresh inputs everywhere, reproducible when a check fails.
 inline uint64_t seed_for(const std::string& what) {

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     int count = 0;
     if (!only_listing) {
         if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-            fprintf(stderr, "error: no CUDA GPU found: the GPU tests need one (on the lent H200: bash scripts/gpu_run.sh)\n");
+            fprintf(stderr, "error: no CUDA GPU found: the GPU tests need one (on the lent H200: bash scripts/lent_gpu.sh)\n");
             return 1;
         }
         cudaDeviceProp prop;

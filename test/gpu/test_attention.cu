@@ -1,12 +1,12 @@
 // Attention's GPU tests: naive (S and P in HBM) and flash (tiled, lse saved), forward and backward, against
 // ref::attention_forward/backward in double. Shapes cover T = 1, T that is a multiple of no tile (the
 // flash tiles are 32 and 64 rows), several tiles, GPT-2 small's 12 heads of 64, and every head size the
-// flash path takes (16, 32, 64, 128). In the BF16 build the flash forward at HS 64 and 128 runs the Hopper
-// kernel (llmc/attention_hopper.cuh) on an H100/H200, and HS 64 otherwise runs on mma.sync tensor cores; the
-// fallbacks are then tested too (Hopper off; fp32-arithmetic kernels forced), under the same rule. The Hopper
-// forward gets odd T (1, 37, 67, 257, 301, 2051), both head sizes, more work items than SMs (its dynamic
-// scheduler) and Br 192 tiles (T >= 2048), and back-to-back launches (its self-resetting work counter).
-#include "gpu_check.h"
+// flash path takes (16, 32, 64, 128). Every flash engine this build and card run (wgmma, mma, fp32: llmc/
+// attention.cuh) is asked for by name on each pass it supports, under the same rule, and plain `flash` must pick
+// the best one. The wgmma forward gets odd T (1, 37, 67, 257, 301, 2051), both head sizes, more work items
+// than SMs (its dynamic scheduler) and Br 192 tiles (T >= 2048), and back-to-back launches (its self-resetting
+// work counter).
+#include "test/gpu/gpu_check.h"
 
 #include "llmc/ref/ref.h"
 
@@ -33,15 +33,7 @@ const AttnShape ATTN_SHAPES[] = {
     {1, 2051, 128, 2},  // Hopper HS 64 with 192-row tiles (T >= 2048), last tile partial
 };
 
-// Flash variants to run: the default dispatch, then (BF16 build) with the Hopper kernel off, then the
-// fp32-arithmetic kernels forced. The FP32 build has one flash path.
-struct FlashRun {
-    const char* name;
-    bool force_scalar, allow_hopper;
-};
-const FlashRun FLASH_RUNS[] = {{"", false, true}, {" (Hopper off)", false, false}, {" (fp32-arithmetic flash)", true, false}};
-
-// Is this device one the Hopper forward must take (an sm_90 GPU; the build targets sm_90a by default)?
+// Is this device one the wgmma engine must run on (an sm_90 GPU; the build targets sm_90a by default)?
 bool device_is_sm90() {
     int dev = 0, major = 0, minor = 0;
     cudaCheck(cudaGetDevice(&dev));
@@ -92,48 +84,57 @@ TEST_CASE("attention: forward and backward, naive and flash") {
         put(d_qkv, qkv), put(d_dout, dout);
 
         // naive: out, the saved P, dqkv
-        attention_forward(naive, d_out, d_att, ws, d_qkv, B, T, C, NH, 0);
+        attention_forward(ops(naive, ws), d_out, d_att, d_qkv, B, T, C, NH);
         const auto out_naive = get(d_out), att_naive = get(d_att);
-        attention_backward(naive, d_dqkv, ws, d_dout, d_qkv, d_out, d_att, B, T, C, NH, 0);
+        attention_backward(ops(naive, ws), d_dqkv, d_dout, d_qkv, d_out, d_att, B, T, C, NH);
         const auto dqkv_naive = get(d_dqkv);
         // P is bf16 in the BF16 build, computed from S rounded to bf16: the sanity bound (see gpu_check.h).
-        check_single("attention P (naive) " + tag, att_naive, att_ref, TOL_BF16_SANITY);
+        check_single("attention P (naive) " + tag, att_naive, att_ref, rule::BF16_SANITY_REL);
 
-        // The default flash path must be the Hopper kernel where it can run (an sm_90 device, BF16 build,
-        // HS 64 or 128): a dispatch that silently fell back would leave it untested.
-        const bool hopper = attention_forward_uses_hopper(HS, d_qkv, d_out, false, true);
-        if (BF16_BUILD && (HS == 64 || HS == 128) && device_is_sm90())
-            CHECK_MESSAGE(hopper, "the Hopper attention forward is not taken on this sm_90 device (" << tag << ")");
+        // `--attention flash` must dispatch the best engine this card runs (a silent fallback would leave the
+        // fast one untested): wgmma on an sm_90 device in the BF16 build (forward HS 64/128, backward HS 64),
+        // else mma at HS 64 in the BF16 build, else fp32.
+        const bool bf16_sm90 = BF16_BUILD && device_is_sm90();
+        const AttnEngine want_fwd = bf16_sm90 && (HS == 64 || HS == 128) ? AttnEngine::wgmma
+                                    : BF16_BUILD && HS == 64          ? AttnEngine::mma
+                                                                       : AttnEngine::fp32;
+        const AttnEngine want_bwd = bf16_sm90 && HS == 64 ? AttnEngine::wgmma
+                                    : BF16_BUILD && HS == 64 ? AttnEngine::mma
+                                                             : AttnEngine::fp32;
+        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::forward, HS) == want_fwd, "forward engine, " << tag);
+        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::backward, HS) == want_bwd, "backward engine, " << tag);
 
-        const int runs = BF16_BUILD ? 3 : 1;
-        for (int r = 0; r < runs; r++) {
-            const FlashRun& fr = FLASH_RUNS[r];
-            const bool force_scalar = fr.force_scalar;
-            const bool this_hopper = attention_forward_uses_hopper(HS, d_qkv, d_out, force_scalar, fr.allow_hopper);
-            const std::string name = std::string(fr.name) + (this_hopper ? " [hopper]" : "") + " " + tag;
+        // Every engine, asked for by name, on each pass it runs at this head size.
+        for (AttnEngine e : ATTN_ENGINES) {
+            const bool fwd = !attention_engine_unsupported(e, Pass::forward, HS);
+            const bool bwd = !attention_engine_unsupported(e, Pass::backward, HS);
+            if (!fwd && !bwd) continue;
+            const AttnEngine fwd_engine = fwd ? e : AttnEngine::best;  // a forward for the backward's inputs
+            const std::string name = std::string(" [flash:") + engine_name(e) + "] " + tag;
             d_out.poison(), d_lse.poison(), d_dqkv.poison();
-            attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
+            attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, fwd_engine, 0);
             const auto out_flash = get(d_out), lse_flash = get(d_lse);
-            {   // launched twice back to back on one stream: the same bits (the Hopper kernel's work
-                // counter must have reset itself, or the second launch would leave NaN rows)
+            if (fwd) {
+                check_naive_flash("attention out" + name, out_naive, out_flash, out_ref);
+                // lse is fp32 arithmetic on the same bf16 q, k the oracle sees: ~1e-6; 1e-4 leaves margin.
+                check_single("attention lse" + name, lse_flash, lse_ref, 1e-4);
+                // launched twice back to back on one stream: the same bits (the wgmma kernel's work counter
+                // must have reset itself, or the second launch would leave NaN rows)
                 const auto out_bytes = bytes(d_out), lse_bytes = bytes(d_lse);
                 d_out.poison(), d_lse.poison();
-                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
-                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, 0, force_scalar, fr.allow_hopper);
+                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, e, 0);
+                attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, e, 0);
                 CHECK_MESSAGE((out_bytes == bytes(d_out) && lse_bytes == bytes(d_lse)),
                               "attention_forward_flash differs when launched back to back" << name);
             }
-            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0, force_scalar);
+            if (!bwd) continue;
+            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, e, 0);
             const auto dqkv_flash = get(d_dqkv);
-            check_naive_flash("attention out" + name, out_naive, out_flash, out_ref);
-            // lse is fp32 arithmetic on the same bf16 q, k the oracle sees: ~1e-6; 1e-4 leaves margin.
-            check_single("attention lse" + name, lse_flash, lse_ref, 1e-4);
             check_naive_flash("attention dqkv" + name, dqkv_naive, dqkv_flash, dqkv_ref);
-
             // deterministic: the backward again, bit for bit
             const auto first = bytes(d_dqkv);
             d_dqkv.poison();
-            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0, force_scalar);
+            attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, e, 0);
             CHECK_MESSAGE(first == bytes(d_dqkv), "attention_backward_flash is not deterministic" << name);
         }
     }
@@ -142,6 +143,6 @@ TEST_CASE("attention: forward and backward, naive and flash") {
 TEST_CASE("attention: the flash path rejects head sizes it has no kernel for, before launching") {
     Dev<floatX> qkv(3 * 2 * 48), out(2 * 48);
     Dev<float> lse(2);
-    CHECK_THROWS_WITH_AS(attention_forward(KernelSet{}, out, lse, nullptr, qkv, 1, 2, 48, 1, 0),
+    CHECK_THROWS_WITH_AS(attention_forward(ops(KernelSet{}, nullptr), out, lse, qkv, 1, 2, 48, 1),
                          doctest::Contains("head size 48"), Error);
 }

@@ -1,16 +1,15 @@
-// The flash attention backward on its own (BF16 build: llmc/attention_backward_hopper.cuh on an H100/H200,
-// llmc/attention_backward.cuh elsewhere; the fp32-arithmetic kernels of attention_flash.cuh in the FP32
-// build), against ref::attention_backward in double and DESIGN.md's rule (gpu_check.h). Its inputs are the
+// The flash attention backward on its own (every engine this build and card run: llmc/attention/
+// wgmma_backward.cuh on an H100/H200, mma_backward.cuh, fp32_backward.cuh), against ref::attention_backward in
+// double and the project's rule (llmc/correctness.h). Its inputs are the
 // oracle's own forward results, out rounded to floatX and lse, so a forward error cannot hide or cause a
 // backward one. Head size 64 (the tensor-core path), T = 1, 2, a multiple of no tile, exactly one and just
 // over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
-// behind the other two), then the backward runs again and must give the same bits (no atomics). In the
-// BF16 build every bf16 flash backward in llmc/ the card runs is checked: the trainer's (on an H100/H200 the
-// Hopper one), then the mma.sync kernels with both dK/dV blocks (8 and 4 warps).
+// behind the other two), then the backward runs again and must give the same bits (no atomics). Every engine
+// is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps).
 #include <functional>
 #include <utility>
 
-#include "gpu_check.h"
+#include "test/gpu/gpu_check.h"
 
 #include "llmc/ref/ref.h"
 
@@ -75,14 +74,18 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
         put(d_qkv, qkv), put(d_dout, dout);
 
         // naive in the same precision: the baseline of the bf16 rule (its forward also gives the saved P)
-        attention_forward(naive, d_out, d_att, ws, d_qkv, B, T, C, NH, 0);
-        attention_backward(naive, d_dqkv, ws, d_dout, d_qkv, d_out, d_att, B, T, C, NH, 0);
+        attention_forward(ops(naive, ws), d_out, d_att, d_qkv, B, T, C, NH);
+        attention_backward(ops(naive, ws), d_dqkv, d_dout, d_qkv, d_out, d_att, B, T, C, NH);
         const auto dqkv_naive = get(d_dqkv);
 
         // flash, from the oracle's out (rounded to floatX, as a forward would store it) and lse
         put(d_out, rounded_x(out_ref)), put(d_lse, lse_ref);
-        std::vector<std::pair<std::string, std::function<void()>>> kernels = {
-            {tag, [&] { attention_backward(flash, d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0); }}};
+        std::vector<std::pair<std::string, std::function<void()>>> kernels;
+        for (AttnEngine e : ATTN_ENGINES)
+            if (!attention_engine_unsupported(e, Pass::backward, C / NH))
+                kernels.push_back({tag + " [flash:" + engine_name(e) + "]", [&, e] {
+                    attention_backward_flash(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, e, 0);
+                }});
 #if !defined(ENABLE_FP32)
         float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));
         for (int w : {8, 4})

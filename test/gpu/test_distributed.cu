@@ -9,8 +9,8 @@
 //   4. two processes (the trainer binary with --num-gpus 2) at the same global batch track the one-GPU run,
 //      and a 2-GPU resume is bit-exact. Needs 2 GPUs: SKIPPED (with a message) on fewer.
 #define TESTING
-#include "../../train_gpt2.cu"
-#include "gpu_check.h"
+#include "train_gpt2.cu"
+#include "test/gpu/gpu_check.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -36,9 +36,8 @@ GPT2Config tiny_config() {  // sizes that are multiples of no tile (like test_mo
 // Data, tokenizer and initial weights for a short run of the tiny model; the options of that run.
 TrainOptions tiny_run(const TempDir& dir) {
     const GPT2Config c = tiny_config();
-    ref::GPT2<float> init(c);
-    init.init_random(5);
-    save_checkpoint(dir / "init.bin", c, init.params.data());
+    const std::vector<float> init = gpt2_initial_weights(c, 5);
+    save_checkpoint(dir / "init.bin", c, init.data());
     auto tokens = [&](const char* name, size_t n, uint64_t seed) {
         Rng rng(seed);
         std::vector<uint16_t> t(n);
@@ -105,13 +104,12 @@ TEST_CASE("distributed: the ZeRO-1 slices cover every parameter once, with its d
 TEST_CASE("distributed: two ZeRO-1 optimizer shards step bit-for-bit like the whole optimizer") {
     const GPT2Config c = tiny_config();
     const int B = 2, T = 37, STEPS = 3;
-    ref::GPT2<float> init(c);
-    init.init_random(21);
+    const std::vector<float> init = gpt2_initial_weights(c, 21);
     const KernelSet ks = KernelSet::all(Variant::flash);  // deterministic: equal inputs give equal gradients
     GPT2Model whole(c, ks, B, T);
     GPT2Model half0(c, ks, B, T, 2, 0), half1(c, ks, B, T, 2, 1);
     GPT2Model* halves[2] = {&half0, &half1};
-    for (GPT2Model* m : {&whole, &half0, &half1}) m->set_params(init.params);
+    for (GPT2Model* m : {&whole, &half0, &half1}) m->set_params(init);
     REQUIRE(half0.shard_begin == 0);
     REQUIRE(half0.shard_end == half1.shard_begin);
     REQUIRE(half1.shard_end == whole.num_params);

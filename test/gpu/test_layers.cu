@@ -2,7 +2,7 @@
 // oracle (flashgpt2::ref, in double) on fresh random inputs shifted away from zero mean, with every output
 // poisoned (NaN) first, at sizes that are multiples of no tile. The precision rule is in gpu_check.h.
 // Attention has its own file (test_attention.cu). Each flash backward is also run twice: bit-identical.
-#include "gpu_check.h"
+#include "test/gpu/gpu_check.h"
 
 #include "llmc/ref/ref.h"
 
@@ -35,27 +35,52 @@ size_t ws_bytes(const Shape& s) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
-TEST_CASE("kernel registry: --kernels, per-layer overrides, bad names") {
+TEST_CASE("kernel registry: --kernels, per-layer overrides, attention engines, bad names") {
     KernelSet ks = KernelSet::all("naive");
     CHECK(ks.str() == "naive");
     ks.set("attention", "flash");
-    CHECK(ks.attention == Variant::flash);
-    CHECK(ks.matmul == Variant::naive);
+    CHECK(ks[Layer::attention] == Variant::flash);
+    CHECK(ks[Layer::matmul] == Variant::naive);
+    CHECK(ks.attention_engine == AttnEngine::best);
     CHECK(ks.str().find("attention=flash") != std::string::npos);
-    CHECK(KernelSet{} == KernelSet::all(Variant::flash));  // default: all flash
+    ks.set("attention", "flash:fp32");  // an engine by name: flash, with that engine
+    CHECK(ks[Layer::attention] == Variant::flash);
+    CHECK(ks.attention_engine == AttnEngine::fp32);
+    CHECK(ks.str().find("attention=flash:fp32") != std::string::npos);
+    ks.set("attention", "naive");  // naive forgets the engine
+    CHECK(ks.attention_engine == AttnEngine::best);
+    CHECK(KernelSet{} == KernelSet::all(Variant::flash));  // default: all flash, the best engine
     CHECK_THROWS_WITH_AS(ks.set("softmax", "flash"), doctest::Contains("--softmax: unknown layer"), Error);
     CHECK_THROWS_WITH_AS(ks.set("gelu", "fast"), doctest::Contains("unknown kernel variant 'fast'"), Error);
+    CHECK_THROWS_WITH_AS(ks.set("attention", "flash:tpu"), doctest::Contains("unknown attention engine 'tpu'"), Error);
+    CHECK_THROWS_WITH_AS(ks.set("matmul", "flash:mma"), doctest::Contains("unknown kernel variant"), Error);
     CHECK_THROWS_AS(KernelSet::all("fastest"), Error);
     CHECK_THROWS_WITH_AS(check_kernel_support(KernelSet{}, 96, 2), doctest::Contains("head size 48"), Error);
     CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 96, 2));  // naive takes any head size
     CHECK_THROWS_AS(check_kernel_support(KernelSet{}, 100, 3), Error);           // heads must divide channels
     KernelSet flash_but_attention = KernelSet{};
-    flash_but_attention.attention = Variant::naive;  // 34 channels: not a whole number of 16-byte vectors
+    flash_but_attention.set("attention", "naive");  // 34 channels: not a whole number of 16-byte vectors
     CHECK_THROWS_WITH_AS(check_kernel_support(flash_but_attention, 34, 2), doctest::Contains("multiple of"), Error);
     KernelSet only_matmul_flash = KernelSet::all(Variant::naive);  // the flash matmul's dbias reads 16-byte rows too
-    only_matmul_flash.matmul = Variant::flash;
+    only_matmul_flash.set("matmul", "flash");
     CHECK_THROWS_WITH_AS(check_kernel_support(only_matmul_flash, 34, 2), doctest::Contains("--matmul naive"), Error);
     CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 34, 2));
+
+    // An engine that cannot run is one clear error, never a silent fallback: mma at head size 128 (it runs 64
+    // only), wgmma's backward at 128 (forward only), and in the FP32 build every tensor-core engine.
+    KernelSet mma = KernelSet{}, wgmma = KernelSet{};
+    mma.set("attention", "flash:mma");
+    wgmma.set("attention", "flash:wgmma");
+    CHECK_THROWS_WITH_AS(check_kernel_support(mma, 256, 2), doctest::Contains("flash:mma"), Error);
+    CHECK_THROWS_WITH_AS(check_kernel_support(wgmma, 256, 2), doctest::Contains("flash:wgmma"), Error);
+    if (BF16_BUILD) {
+        CHECK_NOTHROW(check_kernel_support(mma, 128, 2));
+        CHECK(attention_kernels_str(mma, 64) == "flash (forward mma, backward mma)");
+    } else {
+        CHECK_THROWS_WITH_AS(check_kernel_support(mma, 128, 2), doctest::Contains("BF16 build"), Error);
+        CHECK(attention_kernels_str(KernelSet{}, 64) == "flash (forward fp32, backward fp32)");
+    }
+    CHECK(attention_kernels_str(KernelSet::all(Variant::naive), 64) == "naive");
 
     char* text = nullptr;
     size_t len = 0;
@@ -64,8 +89,10 @@ TEST_CASE("kernel registry: --kernels, per-layer overrides, bad names") {
     fclose(f);
     const std::string listing(text, len);
     free(text);
-    for (const char* layer : LAYER_KINDS) CHECK(listing.find(layer) != std::string::npos);
+    for (const char* layer : LAYER_NAMES) CHECK(listing.find(layer) != std::string::npos);
     CHECK(listing.find("attention_{forward,backward}_flash") != std::string::npos);
+    for (const char* engine : {"flash:wgmma", "flash:mma", "flash:fp32"})  // --list-kernels prints every engine
+        CHECK_MESSAGE(listing.find(engine) != std::string::npos, engine);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -92,10 +119,10 @@ TEST_CASE("encoder: forward and backward, naive and flash") {
         for (int k = 0; k < 2; k++) {
             const KernelSet ks = KernelSet::all(VARIANTS[k]);
             d_out.poison();
-            encoder_forward(ks, d_out, d_tok, d_wte, d_wpe, B, T, C, 0);
+            encoder_forward(ops(ks), d_out, d_tok, d_wte, d_wpe, B, T, C);
             out[k] = get(d_out);
             put(d_dwte, dwte0), put(d_dwpe, dwpe0);
-            encoder_backward(ks, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+            encoder_backward(ops(ks, ws), d_dwte, d_dwpe, d_dout, d_tok, B, T, C, Vp);
             dwte[k] = get(d_dwte), dwpe[k] = get(d_dwpe);
         }
         check_naive_flash("encoder out " + tag, out[0], out[1], out_ref);
@@ -104,10 +131,10 @@ TEST_CASE("encoder: forward and backward, naive and flash") {
 
         // flash backward: deterministic
         put(d_dwte, dwte0), put(d_dwpe, dwpe0);
-        encoder_backward(KernelSet{}, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+        encoder_backward(ops(KernelSet{}, ws), d_dwte, d_dwpe, d_dout, d_tok, B, T, C, Vp);
         const auto first = bytes(d_dwte);
         put(d_dwte, dwte0), put(d_dwpe, dwpe0);
-        encoder_backward(KernelSet{}, d_dwte, d_dwpe, ws, d_dout, d_tok, B, T, C, Vp, 0);
+        encoder_backward(ops(KernelSet{}, ws), d_dwte, d_dwpe, d_dout, d_tok, B, T, C, Vp);
         CHECK_MESSAGE(first == bytes(d_dwte), "encoder_backward_flash is not deterministic " << tag);
     }
 }
@@ -140,10 +167,10 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
         for (int k = 0; k < 2; k++) {
             const KernelSet ks = KernelSet::all(VARIANTS[k]);
             d_out.poison(), d_mean.poison(), d_rstd.poison();
-            layernorm_forward(ks, d_out, d_mean, d_rstd, d_a, d_w, d_b, N, C, 0);
+            layernorm_forward(ops(ks), d_out, d_mean, d_rstd, d_a, d_w, d_b, N, C);
             out[k] = get(d_out), mean[k] = get(d_mean), rstd[k] = get(d_rstd);
             d_out.poison(), d_res.poison(), d_mean.poison();
-            residual_layernorm_forward(ks, d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C, 0);
+            residual_layernorm_forward(ops(ks), d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C);
             res[k] = get(d_res), res_out[k] = get(d_out), res_mean[k] = get(d_mean);
         }
         check_naive_flash("layernorm out " + tag, out[0], out[1], out_ref);
@@ -158,7 +185,7 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
             KernelSet mixed;
             mixed.set(layer, "naive");
             d_out.poison(), d_res.poison();
-            residual_layernorm_forward(mixed, d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C, 0);
+            residual_layernorm_forward(ops(mixed), d_res, d_out, d_mean, d_rstd, d_a, d_r2, d_w, d_b, N, C);
             check_naive_flash(std::string("residual_layernorm out, ") + layer + " naive " + tag, res_out[0],
                               get(d_out), res_out_ref);
         }
@@ -170,7 +197,7 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
         Dev<floatX> d_sum(n_odd);
         for (int k = 0; k < 2; k++) {
             d_sum.poison();
-            residual_forward(KernelSet::all(VARIANTS[k]), d_sum, d_a, d_r2, n_odd, 0);
+            residual_forward(ops(KernelSet::all(VARIANTS[k])), d_sum, d_a, d_r2, n_odd);
             sum[k] = get(d_sum);
         }
         check_naive_flash("residual_forward " + tag, sum[0], sum[1], sum_ref);
@@ -190,7 +217,7 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
         for (int k = 0; k < 3; k++) {  // naive, flash, flash again (determinism)
             const KernelSet ks = KernelSet::all(VARIANTS[std::min(k, 1)]);
             put(d_dinp, dinp0), put(d_dw, dw0), put(d_db, db0);
-            layernorm_backward(ks, d_dinp, d_dw, d_db, ws, d_dout, d_a, d_w, d_mean, d_rstd, N, C, 0);
+            layernorm_backward(ops(ks, ws), d_dinp, d_dw, d_db, d_dout, d_a, d_w, d_mean, d_rstd, N, C);
             if (k < 2) dinp[k] = get(d_dinp), dw[k] = get(d_dw), db[k] = get(d_db);
             if (k == 1) first = bytes(d_dw), first_db = bytes(d_db);
             if (k == 2) CHECK_MESSAGE((first == bytes(d_dw) && first_db == bytes(d_db)),
@@ -216,11 +243,11 @@ TEST_CASE("gelu: forward and backward (also in place), naive and flash") {
     for (int k = 0; k < 2; k++) {
         const KernelSet ks = KernelSet::all(VARIANTS[k]);
         d_y.poison(), d_dx.poison();
-        gelu_forward(ks, d_y, d_x, n, 0);
-        gelu_backward(ks, d_dx, d_x, d_dout, n, 0);
+        gelu_forward(ops(ks), d_y, d_x, n);
+        gelu_backward(ops(ks), d_dx, d_x, d_dout, n);
         y[k] = get(d_y), dx[k] = get(d_dx);
         put(d_dx, dout);
-        gelu_backward(ks, d_dx, d_x, d_dx, n, 0);  // dinp == dout
+        gelu_backward(ops(ks), d_dx, d_x, d_dx, n);  // dinp == dout
         dx_inplace[k] = get(d_dx);
     }
     check_naive_flash("gelu out", y[0], y[1], y_ref);
@@ -268,20 +295,20 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
 
     // naive, flash, then the mixed sets that split matmul+gelu fusions
     KernelSet mm_flash_gelu_naive, mm_naive_gelu_flash = KernelSet::all(Variant::naive);
-    mm_flash_gelu_naive.gelu = Variant::naive;
-    mm_naive_gelu_flash.gelu = Variant::flash;
+    mm_flash_gelu_naive.set("gelu", "naive");
+    mm_naive_gelu_flash.set("gelu", "flash");
     const KernelSet sets[4] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash};
     std::vector<double> out[4], pre[4], dinp[4], dw[4], db[4];
     std::vector<unsigned char> first, first_db;
     for (int k = 0; k < 5; k++) {  // k = 4: flash again, for determinism
         const KernelSet& ks = sets[k == 4 ? 1 : k];
         d_out.poison(), d_pre.poison(), d_dinp.poison();
-        if (gelu) matmul_gelu_forward(ks, d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC, 0);
-        else matmul_forward(ks, d_out, d_inp, d_w, b_ptr, N, C, OC, 0);
+        if (gelu) matmul_gelu_forward(ops(ks), d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC);
+        else matmul_forward(ops(ks), d_out, d_inp, d_w, b_ptr, N, C, OC);
         put(d_dw, dw0);
         if (bias) put(d_db, db0);
-        matmul_backward(ks, d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, ws, d_dout, d_bwd_inp, d_w,
-                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC, 0);
+        matmul_backward(ops(ks, ws), d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, d_dout, d_bwd_inp, d_w,
+                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC);
         if (k == 4) {
             CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
             if (bias) CHECK_MESSAGE(first_db == bytes(d_db), "matmul_backward_flash dbias is not deterministic " << tag);
@@ -337,11 +364,11 @@ TEST_CASE("classifier: softmax + cross-entropy + dlogits, naive and flash") {
         for (int k = 0; k < 2; k++) {
             const KernelSet ks = KernelSet::all(VARIANTS[k]);
             put(d_logits, logits), d_losses.poison();
-            fused_classifier(ks, d_logits, d_losses, ws, d_targets, B, T, V, Vp, scale, false, 0);  // loss only
+            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B, T, V, Vp, scale, false);  // loss only
             losses_only[k] = get(d_losses);
             CHECK_MESSAGE(get(d_logits) == logits, "classifier without dlogits changed the logits " << tag);
             d_losses.poison();
-            fused_classifier(ks, d_logits, d_losses, ws, d_targets, B, T, V, Vp, scale, true, 0);
+            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B, T, V, Vp, scale, true);
             losses[k] = get(d_losses), dlogits[k] = get(d_logits);
         }
         check_naive_flash("classifier losses " + tag, losses[0], losses[1], losses_ref);
@@ -387,10 +414,10 @@ TEST_CASE("adamw and the global gradient norm, naive and flash") {
     for (int k = 0; k < 2; k++) {
         const KernelSet ks = KernelSet::all(VARIANTS[k]);
         put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
-        adamw_update(ks, d_master, d_params, d_grads, d_m, d_v, layout, hp, 0);
+        adamw_update(ops(ks), d_master, d_params, d_grads, d_m, d_v, layout, hp);
         out_master[k] = get(d_master), out_params[k] = get(d_params), out_m[k] = get(d_m), out_v[k] = get(d_v);
         d_norm.poison();
-        global_norm_squared(ks, d_norm, ws, d_grads, layout, 0);
+        global_norm_squared(ops(ks, ws), d_norm, d_grads, layout);
         norm[k] = get(d_norm);
     }
     check_naive_flash("adamw master weights", out_master[0], out_master[1], master_ref);
@@ -401,20 +428,20 @@ TEST_CASE("adamw and the global gradient norm, naive and flash") {
     check_naive_flash("global norm squared", norm[0], norm[1], {norm_ref * norm_ref});
 
     // flash norm: deterministic
-    global_norm_squared(KernelSet{}, d_norm, ws, d_grads, layout, 0);
+    global_norm_squared(ops(KernelSet{}, ws), d_norm, d_grads, layout);
     const auto first = bytes(d_norm);
-    global_norm_squared(KernelSet{}, d_norm, ws, d_grads, layout, 0);
+    global_norm_squared(ops(KernelSet{}, ws), d_norm, d_grads, layout);
     CHECK(first == bytes(d_norm));
 
 #if defined(ENABLE_FP32)
     // FP32 build without master weights: params are updated in place.
     for (int k = 0; k < 2; k++) {
         put(d_params, master), put(d_m, m0), put(d_v, v0);
-        adamw_update(KernelSet::all(VARIANTS[k]), nullptr, d_params, d_grads, d_m, d_v, layout, hp, 0);
+        adamw_update(ops(KernelSet::all(VARIANTS[k])), nullptr, d_params, d_grads, d_m, d_v, layout, hp);
         out_params[k] = get(d_params);
     }
     check_naive_flash("adamw params without master", out_params[0], out_params[1], master_ref);
 #else
-    CHECK_THROWS_AS(adamw_update(KernelSet{}, nullptr, d_params, d_grads, d_m, d_v, layout, hp, 0), Error);
+    CHECK_THROWS_AS(adamw_update(ops(KernelSet{}), nullptr, d_params, d_grads, d_m, d_v, layout, hp), Error);
 #endif
 }

@@ -1,6 +1,6 @@
 // Backward step 3: a warp-specialized dK/dV kernel (FlashAttention-3's structure, Shah et al. 2024,
-// arXiv:2407.08608, §3.1), measured and no faster than step 2, the trainer's (llmc/attention_backward_hopper.cuh,
-// whose dQ kernel and dK/dV step, hopper_backward::dkdv_step, it reuses). Kept because why it loses teaches.
+// arXiv:2407.08608, §3.1), measured and no faster than step 2, the trainer's (llmc/attention/wgmma_backward.cuh,
+// whose dQ kernel and dK/dV step, wgmma_backward::dkdv_step, it reuses). Kept because why it loses teaches.
 //
 // The idea: step 2's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
 // every step. Here a producer thread issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
@@ -11,27 +11,15 @@
 // Why it does not win at head size 64 (our reading, not profiled): once ptxas stopped serializing step 2's
 // wgmmas (see its header), its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls
 // only one of the three; here 8 consumer warps do the math, and the copies the producer takes off their hands
-// were cheap. Measured
-// (H200, 2026-11-29, `./dev/attention/runner bwd B 12 T 64`, whole backward, same dQ kernel; 17:30-17:33 UTC,
-// and the final run at 17:45, `make bench-attention-bwd`):
-//                     this kernel                    step 2 (trainer's)
-//   (64,12,1024,64)   1.082-1.108 ms; 1.089 (17:45)  1.073-1.100 ms; 1.094 (17:45)
-//   (16,12,1024,64)   0.292-0.293 ms; 0.298          0.280 ms; 0.281
-//   (4,12,1024,64)    0.0949 (17:45)                 0.0959 (17:45)
-//   (8,12,2048,64)    0.507 ms                       0.484 ms
-// A tie at the largest batch, 4-6% slower at (16,12,1024,64), the trainer's B=16 shape: step 2 stays. Since
-// then step 2 has lost a third of its instructions (the mask only on diagonal tiles, unchecked copy addresses;
-// this kernel shares the first through dkdv_step): 20:26 UTC, 1.046 against 0.892 ms at (64,12,1024,64),
-// 0.274 against 0.245 at (16,12,1024,64).
-// Variants measured on the way (17:00-17:26, against step 2's first version): one item per block instead of
-// a persistent grid, 1.107-1.258 ms; 3 consumers (160 registers: spills), 1.07-1.27; the next tile's S^T
-// issued before dK completes, 1.193; lse and D loaded from global memory at each step, 1.171; a TMA bulk copy
-// of lse and D read with ordinary loads, 1.025, but compute-sanitizer's racecheck reports that hand-off
-// (generic reads of async-proxy writes) as a race, so each consumer warp copies them itself with cp.async.
+// were cheap. The measurements, and the variants tried on the way: doc/attention/backward.md, "Step 3".
+// One variant taught something about tools: a TMA bulk copy of lse and D read with ordinary loads is reported
+// by compute-sanitizer's racecheck as a race (generic reads of async-proxy writes), so each consumer warp copies
+// them itself with cp.async.
 #pragma once
 #include <algorithm>
 
-#include "llmc/attention_backward_hopper.cuh"
+#include "llmc/attention/wgmma_backward.cuh"
+#include "llmc/attention/wgmma_forward_pipeline.cuh"  // the tile order, release()
 
 namespace flashgpt2 {
 
@@ -56,7 +44,7 @@ struct FbhWs {
     static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
 };
 
-// Work item m of a block = (head bh, key tile of Bc keys at j0), taken in hopper_attention's order (sections
+// Work item m of a block = (head bh, key tile of Bc keys at j0), taken in wgmma_attention's order (sections
 // of heads whose Q and dO fit in L2; inside a section every head's first key tile, the heaviest, first):
 // block b takes items b, b + gridDim.x, ...
 static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
@@ -64,7 +52,7 @@ static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
                                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                                       bf16_t* dqkv, const float* LD, int T, int NH, int BH, int section_heads) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    namespace hb = hopper_backward;
+    namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
     using W = FbhWs;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
@@ -78,7 +66,7 @@ static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
     const auto item = [&](int m, int& bh, int& j0) {  // this block's m-th item: false when there is none
         const int it = blockIdx.x + m * (int)gridDim.x;
         if (it >= total) return false;
-        const hopper_attention::Tile tl = hopper_attention::decode_tile(it, n_kt, BH, section_heads);
+        const wgmma_attention::Tile tl = wgmma_attention::decode_tile(it, n_kt, BH, section_heads);
         bh = tl.bh, j0 = (n_kt - 1 - tl.qt) * W::BC;  // decode_tile lists the last tiles first: reversed
         return true;
     };
@@ -158,9 +146,9 @@ static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
                 const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
                 hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * FB_TILE, sdO + s * FB_TILE, L, i0, wk0, key_g, t, sl2, ld_next);
             }
-            hopper_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
+            wgmma_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
         }
-        hopper_attention::release(kv_empty(k), lane);  // K_j, V_j too: the item after next may load there
+        wgmma_attention::release(kv_empty(k), lane);  // K_j, V_j too: the item after next may load there
         fb_store_dkdv(dqkv, dk, dv, key_g, T, bh / NH, bh % NH, NH, t, 1.0f / sqrtf(64.0f));
     }
 #else
@@ -169,14 +157,14 @@ static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
 #endif
 }
 
-// The same interface as attention_backward_flash_hopper_ws.
+// The same interface as attention_backward_flash_wgmma.
 inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
                                             const floatX* out, const float* lse, int B, int T, int NH, int HS,
                                             cudaStream_t stream) {
     namespace hp = flashgpt2::hopper;
     using W = FbhWs;
-    attention_backward_check_hopper("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS);
-    attention_backward_dq_hopper_launch(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+    attention_backward_flash_wgmma_check("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
     const long long C = (long long)NH * HS;
     // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
     const CUtensorMap mq = hp::make_strided_head_map(qkv, B, NH, T, HS, T * 3 * C, HS, 3 * C, FB_BR);

@@ -15,14 +15,30 @@
 // alone, L2 flushed: where its time goes).
 // No shape: odd shapes T = 1, 2, 37, 257, 1000 at HS 64 (and 257 at HS 128, the fp32-arithmetic fallback)
 // are validated, then (4,12,1024,64) is validated and timed.
-// Included by runner.cu after its helpers (Shape, DeviceBuffer, parse_int, card_name, kPeakBf16).
 #pragma once
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dev/attention/attention.cuh"
 #include "dev/attention/backward/3_warp_specialized.cuh"
+#include "dev/attention/problem.cuh"
+#include "dev/harness.cuh"
 #include "llmc/kernels.h"
+#include "llmc/parse.h"
+#include "llmc/peak.h"
 
 namespace bwd_runner {
 
 using namespace flashgpt2;
+using dev::DeviceBuffer;
+using dev::Shape;
+using harness::Compared;
+using harness::Range;
 
 inline double attention_backward_flops(int B, int NH, int T, int HS) {
     return 2.5 * attention_forward_flops(B, NH, T, HS);
@@ -35,7 +51,7 @@ inline double attention_backward_flops(int B, int NH, int T, int HS) {
 // does the same; the naive backward sums P * dP instead). dS_ij then moves by -P_ij dD_i, so dQ_i moves by
 // -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the bf16 rule's
 // atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
-void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
                      const std::vector<float>& o_used, const std::vector<int>& heads, std::vector<double> (&d)[3],
                      double (&o_err)[3]) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = s.NH * s.HS, Cn = n * HS;
@@ -86,7 +102,7 @@ void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::v
 }
 
 // dqkv (B, T, 3, NH, HS) bf16 on the device -> dq, dk, dv as float in (B, NH, T, HS) order.
-void download_grads(const Shape& s, const void* dqkv, std::vector<float> (&g)[3]) {
+inline void download_grads(const Shape& s, const void* dqkv, std::vector<float> (&g)[3]) {
     const int C = s.NH * s.HS;
     std::vector<uint16_t> bits(3 * s.elems());
     cudaCheck(cudaMemcpy(bits.data(), dqkv, bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -101,11 +117,11 @@ void download_grads(const Shape& s, const void* dqkv, std::vector<float> (&g)[3]
 }
 
 // One shape: validate naive and flash; time them when `timed`. Returns whether every check passed.
-bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
+inline bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     const int BH = s.B * s.NH, C = s.NH * s.HS;
     const size_t btc = s.elems();
     // heads the oracle checks: all on small shapes; else the last one (a wrong head offset shows there) + random
-    const int n = std::min(BH, std::max(1, std::min(12, heads_to_check(s))));
+    const int n = std::min(BH, std::max(1, std::min(12, dev::heads_to_check(s))));
     std::mt19937_64 rng(seed);
     std::vector<int> heads;
     {
@@ -143,21 +159,22 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
     const auto naive_bwd = [&] {
         attention_backward_naive(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_att.p, s.B, s.T, C, s.NH, stream);
     };
-    const auto flash_bwd = [&] {  // the trainer's: attention_backward_flash picks the kernel
+    const AttnEngine picked = attention_engine(AttnEngine::best, Pass::backward, s.HS);
+    const auto flash_bwd = [&] {  // the trainer's: `--attention flash`, the best engine here
         attention_backward_flash(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_out.p, (const float*)d_lse.p, s.B, s.T,
-                                 C, s.NH, stream);
+                                 C, s.NH, AttnEngine::best, stream);
     };
     // The other bf16 flash backwards this card runs, each validated too, so that every timing below is of a
-    // checked kernel: the other steps of the backward.
+    // checked kernel: the other engines and the other steps of the backward.
     std::vector<std::pair<std::string, std::function<void()>>> others;
     float* D = WorkspaceCarver(ws.p).take<float>(attention_backward_d_floats(s.B, s.NH, s.T));
     const auto* outp = (const floatX*)d_out.p;
     const auto* lsep = (const float*)d_lse.p;
-    if (attention_backward_hopper_supports(s.HS))
+    if (attention_backward_flash_wgmma_supports(s.HS))
         others.push_back({"attention_backward_flash_hopper_ws (bf16, step 3, warp-specialized)", [&, D] {
             attention_backward_flash_hopper_ws(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream);
         }});
-    if (attention_flash_uses_mma(s.HS, false))
+    if (!attention_engine_unsupported(AttnEngine::mma, Pass::backward, s.HS))
         for (int w : {8, 4})
             others.push_back({"attention_backward_flash_mma (bf16, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
                 attention_backward_flash_mma(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream, w);
@@ -189,7 +206,7 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
 
     // the forwards that make the backwards' inputs: naive -> P (B,NH,T,T); flash -> out, lse
     attention_forward_naive((floatX*)d_out.p, (floatX*)d_att.p, ws.p, qkvp, s.B, s.T, C, s.NH, stream);
-    attention_forward_flash((floatX*)d_out.p, (float*)d_lse.p, qkvp, s.B, s.T, C, s.NH, stream);
+    attention_forward_flash((floatX*)d_out.p, (float*)d_lse.p, qkvp, s.B, s.T, C, s.NH, AttnEngine::best, stream);
     {
         std::vector<uint16_t> bits(btc);
         cudaCheck(cudaMemcpy(bits.data(), d_out.p, btc * 2, cudaMemcpyDeviceToHost));
@@ -199,10 +216,7 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
         for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
     }
     const harness::Verdict base = check("attention_backward_naive (bf16)", naive_bwd, harness::Rule::Bf16Baseline, nullptr);
-    const std::string picked = attention_backward_uses_hopper(s.HS, qkvp, outp, doutp, dqkvp, false) ? "hopper"
-                               : attention_flash_uses_mma(s.HS, false)                               ? "mma"
-                                                                                                     : "scalar";
-    const std::string flash_name = "attention_backward_flash (bf16, " + picked + ")";
+    const std::string flash_name = std::string("attention_backward_flash (bf16, ") + engine_name(picked) + ")";
     const harness::Verdict fl = check(flash_name, flash_bwd, harness::Rule::Bf16, &base.tensors);
     std::vector<unsigned char> first(3 * btc * 2), again(3 * btc * 2);
     cudaCheck(cudaMemcpy(first.data(), d_dqkv.p, first.size(), cudaMemcpyDeviceToHost));
@@ -230,30 +244,28 @@ bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
             return;
         }
         printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)  [median of %d, L2 flushed]\n",
-               what.c_str(), s.str().c_str(), t.median_ms, tf, 100 * tf / kPeakBf16, kPeakBf16, t.reps);
+               what.c_str(), s.str().c_str(), t.median_ms, tf, 100 * tf / PEAK_BF16_TFLOPS, PEAK_BF16_TFLOPS, t.reps);
     };
     time_one("attention_backward_naive (bf16)", naive_bwd);
     time_one(flash_name, flash_bwd);
     for (const auto& [what, run] : others) time_one(what, run);
-    if (attention_backward_hopper_supports(s.HS)) {  // where the Hopper backward's time goes: its kernels apart
-        time_one("attention_backward_flash (hopper): its dQ kernel alone", [&, D] {
-            attention_backward_dq_hopper_launch(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, stream);
+    if (attention_backward_flash_wgmma_supports(s.HS)) {  // where the wgmma backward's time goes: its kernels apart
+        time_one("attention_backward_flash (wgmma): its dQ kernel alone", [&, D] {
+            attention_backward_flash_wgmma_dq(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, stream);
         }, false);
-        time_one("attention_backward_flash (hopper): its dK/dV kernel alone", [&, D] {
-            attention_backward_dkdv_hopper_launch(dqkvp, D, doutp, qkvp, s.B, s.T, s.NH, stream);
+        time_one("attention_backward_flash (wgmma): its dK/dV kernel alone", [&, D] {
+            attention_backward_flash_wgmma_dkdv(dqkvp, D, doutp, qkvp, s.B, s.T, s.NH, stream);
         }, false);
     }
     return ok;
 }
 
-}  // namespace bwd_runner
-
-int cmd_bwd(int argc, char** argv) {  // argv[0] = "bwd"
+inline int cmd_bwd(int argc, char** argv) {  // argv[0] = "bwd"
     std::vector<int> pos;
     uint64_t seed = std::random_device{}();
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int(argv[++i], "--seed", 0, 2147483647);
-        else pos.push_back(parse_int(argv[i], "bwd B/NH/T/HS", 1, 1 << 24));
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
+        else pos.push_back(parse_int("bwd B/NH/T/HS", argv[i], 1, 1 << 24));
     }
     if (!pos.empty() && pos.size() != 4) fail("bwd: give all four of B NH T HS, or none");
     std::vector<Shape> checks;  // validated in order; the last one is also timed
@@ -268,13 +280,15 @@ int cmd_bwd(int argc, char** argv) {  // argv[0] = "bwd"
         if (3 * s.elems() >= (1ull << 31)) fail("bwd: 3·B·NH·T·HS = %zu elements: this runner stays below 2^31", 3 * s.elems());
         checks.push_back(s);
     }
-    printf("card: %s, seed %llu\n", card_name().c_str(), (unsigned long long)seed);
+    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     bool all_ok = true;
     for (size_t c = 0; c < checks.size(); c++)
-        all_ok = bwd_runner::run_shape(checks[c], seed + c, c + 1 == checks.size(), stream) && all_ok;
+        all_ok = run_shape(checks[c], seed + c, c + 1 == checks.size(), stream) && all_ok;
     cudaCheck(cudaStreamDestroy(stream));
     printf(all_ok ? "bwd: all checks passed\n" : "bwd: FAILED (see FAIL lines above)\n");
     return all_ok ? 0 : 1;
 }
+
+}  // namespace bwd_runner

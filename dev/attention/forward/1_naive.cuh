@@ -13,9 +13,8 @@
 //
 // Two precisions, one template: fp32 (S, P fp32) and bf16 (inputs, S, P and O stored in bf16, arithmetic in
 // fp32: what PyTorch's standard attention does in bf16). The bf16 one is the "naive in the same precision"
-// whose error the bf16 rungs are judged against (DESIGN.md, FlashAttention rule).
-// Measured on the H200, (8,12,1024,64) causal: 16.3 ms, 0.79 TFLOP/s (fp32); 16.5 ms, 0.78 TFLOP/s (bf16)
-// (2026-11-29; all five anchor shapes: doc/attention/README.md).
+// whose error the bf16 rungs are judged against (doc/design.md, "Correctness": the FlashAttention rule).
+// Measured: the "Measured" block of doc/attention/1_naive.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 1
 #pragma once
 #include <cmath>

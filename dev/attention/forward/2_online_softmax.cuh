@@ -15,7 +15,7 @@
 // and a warp shuffle sums the partial dot products. What is still slow: every query row reads all of its
 // K and V rows from global memory (L2 at best) on its own — T/2 rows on average, nothing shared between the
 // rows of a block. Rung 3 stages K and V blocks in shared memory so many query rows reuse each load.
-// Measured on the H200, (8,12,1024,64) causal: 3.59 ms, 3.58 TFLOP/s (2026-11-29), 4.5× rung 1.
+// Measured: the "Measured" block of doc/attention/2_online_softmax.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 2
 #pragma once
 #include <cmath>

@@ -15,8 +15,9 @@
 // tile of S and a 4×(HS/16) tile of O. What is still slow: O_i, m_i, l_i make a round trip through HBM for
 // every (i, j) pair, O is renormalized each time, and only B·NH blocks run — fewer than the 132 SMs for
 // small batches. Rung 4 (FlashAttention-2) swaps the loops to fix all three.
-// Measured on the H200, (8,12,1024,64) causal: 2.62 ms, 4.92 TFLOP/s (2026-11-29); but at (1,12,16384,64)
-// only 0.78 TFLOP/s, slower than rung 2: 12 thread blocks on 132 SMs.
+// Still slow: at (1,12,16384,64) it is slower than rung 2, since one head's 12 thread blocks leave most of the
+// 132 SMs idle (rung 4 parallelizes over query blocks).
+// Measured: the "Measured" block of doc/attention/3_flash1_tiled.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 3
 #pragma once
 #include <cmath>

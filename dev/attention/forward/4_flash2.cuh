@@ -19,8 +19,7 @@
 // end (the max still needs the full row every block, the sum does not).
 // What is still slow: all arithmetic is fp32 FMA on the CUDA cores; rung 5 moves both matmuls onto bf16
 // tensor cores, which do ~12× the FLOPs per cycle.
-// Measured on the H200, (8,12,1024,64) causal: 0.688 ms, 18.7 TFLOP/s, 28% of the fp32 datasheet peak
-// (2026-11-29); 23.1 TFLOP/s at (1,12,16384,64), 30× rung 3 there.
+// Measured: the "Measured" block of doc/attention/4_flash2.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 4
 #pragma once
 #include <cmath>

@@ -17,14 +17,14 @@
 // Tiles: Br = 64 query rows (4 warps × 16), Bc = 64 keys; K_j, V_j are loaded synchronously each step.
 // Query tiles run heaviest first (the last tile of a causal head sees the most keys).
 //
-// Measured (H200, bf16, causal): not measured yet.
+// Measured: the "Measured" block of doc/attention/5_tensor_cores.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 5 64 12 1024 64
 #pragma once
 #include <cstdint>
 #include "dev/attention/attention.cuh"
-#include "llmc/attention_fragment.cuh"
+#include "llmc/attention/fragment.cuh"
 #include "llmc/common.cuh"
-#include "llmc/mma_sync.cuh"
+#include "llmc/ptx/mma_sync.cuh"
 
 namespace ladder::r5 {
 
@@ -32,7 +32,7 @@ using bf16 = __nv_bfloat16;
 
 // ---- small PTX wrappers (rung 6 reuses them) ---------------------------------------------------------
 // smem_u32 (a shared-memory address as the 32-bit value PTX wants) and ldmatrix_x4 / ldmatrix_x4_trans live in
-// llmc/mma_sync.cuh, shared with the trainer's backward. ldmatrix_x4: four 8×8 bf16 matrices from shared
+// llmc/ptx/mma_sync.cuh, shared with the trainer's backward. ldmatrix_x4: four 8×8 bf16 matrices from shared
 // memory; lane l gives the address of row (l % 8) of matrix l / 8 and receives row l / 4, columns 2(l % 4),
 // 2(l % 4)+1 of each matrix (the mma fragment layout). The .trans form hands lane l column l / 4 instead.
 using flashgpt2::mma::ldmatrix_x4;
@@ -51,11 +51,11 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 
 // ---- the softmax pieces, on the accumulator fragment layout -------------------------------------------
 // causal_mask, online_softmax, scale_rows, p_fragment (P~ straight into the next mma's A operand) and
-// write_rows (O / l, lse) live in llmc/attention_fragment.cuh: the trainer's Hopper kernel uses them too.
+// write_rows (O / l, lse) live in llmc/attention/fragment.cuh: the trainer's Hopper kernel uses them too.
 // Read them there; they work on the accumulator layout described in the comment on mma_bf16_16816 above.
 using flashgpt2::frag::causal_mask;
 using flashgpt2::frag::fast_exp2;
-using flashgpt2::frag::kLog2e;
+using flashgpt2::LOG2E;
 using flashgpt2::frag::online_softmax;
 using flashgpt2::frag::p_fragment;
 using flashgpt2::frag::pack_bf16;
@@ -93,7 +93,7 @@ attention_forward_tc_kernel(const bf16* __restrict__ q, const bf16* __restrict__
     const size_t head = head_offset(bh, T, HS);
     const int q0 = i * BR;                              // first query row of this block
     const int row_g = q0 + 16 * warp + lane / 4;        // query row of this thread's fragment row g
-    const float scale_log2 = scale * kLog2e;
+    const float scale_log2 = scale * LOG2E;
 
     load_tile_padded<BR, HS, NTHREADS>(Qs, q + head, q0, T);
     __syncthreads();  // Q_i is in shared memory for every warp

@@ -19,7 +19,7 @@
 // What changed from rung 5: synchronous loads → cp.async double buffering; padding → XOR swizzle; Br 64 →
 // 128 (two m16 tiles per warp for head size 64). The math (mma.sync, P in registers, exp2) is rung 5's.
 //
-// Measured (H200, bf16, causal): not measured yet.
+// Measured: the "Measured" block of doc/attention/6_pipelined.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 6 64 12 1024 64   (tiles: FLASHGPT2_R6_TILE=1 ./dev/attention/runner ...)
 #pragma once
 #include <cstdint>
@@ -34,7 +34,7 @@ using r5::smem_u32;
 // ---- cp.async: asynchronous 16-byte global → shared copies, completed in commit groups ----------------
 // cp_async_16(dst, src, src_bytes) starts one copy (src_bytes = 0 copies nothing and fills the 16 bytes with
 // zeros: rows past T); cp_async_commit() closes a group; cp_async_wait<N>() waits until at most N of this
-// thread's groups are still in flight. They live in llmc/mma_sync.cuh, shared with the trainer's backward.
+// thread's groups are still in flight. They live in llmc/ptx/mma_sync.cuh, shared with the trainer's backward.
 using flashgpt2::mma::cp_async_16;
 using flashgpt2::mma::cp_async_commit;
 using flashgpt2::mma::cp_async_wait;
@@ -80,7 +80,7 @@ attention_forward_pipelined_kernel(const bf16* __restrict__ q, const bf16* __res
     const size_t head = head_offset(bh, T, HS);
     const int q0 = i * BR;
     const int wrow0 = q0 + 16 * MT * warp;  // this warp's first query row
-    const float scale_log2 = scale * r5::kLog2e;
+    const float scale_log2 = scale * r5::LOG2E;
     const int n_tiles = ceil_div(min(q0 + BR, T), BC);
 
     // Prologue: commit groups in issue order are {Q_i, K_0}, {V_0}, then per step {K_{j+1}}, {V_{j+1}}.

@@ -27,36 +27,38 @@
 // one block per tile → persistent blocks. Not here (yet): ping-pong scheduling between the two consumer
 // warpgroups (FA3 §3.1, named barriers) and an FP8 path.
 //
-// Measured (H200, bf16, causal, 2026-11-29): 312 TFLOP/s at (64,12,1024,64), 413 at (4,12,4096,64).
+// Measured: the "Measured" block of doc/attention/7_hopper_wgmma.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 7 64 12 1024 64   (tile choice: FLASHGPT2_R7_TILE=0 or 1, see below)
 //
-// Promoted to llmc/attention_hopper.cuh: the configuration, shared-memory layout, producer, scheduler and the
+// Promoted to llmc/attention/wgmma_forward.cuh: the configuration, shared-memory layout, producer, scheduler and the
 // two wgmma products live there, this rung's consumer loop is consumer_overlap in
-// llmc/attention_hopper_consumers.cuh, and the PTX wrappers are llmc/hopper_ptx.cuh. The ladder runs that
+// llmc/attention/wgmma_forward_consumers.cuh, and the PTX wrappers are llmc/ptx/hopper.cuh. The ladder runs that
 // code (the trainer's BF16 forward runs it too, with rung 8's loop and q, k, v read in place from its qkv
 // buffer); this file only adapts the ladder's interface to it. Tile choices: attention_forward_hopper().
 #pragma once
 #include <cstdlib>
 #include "dev/attention/attention.cuh"
-#include "llmc/attention_hopper.cuh"
+#include "llmc/attention/wgmma_forward.cuh"
 
 namespace ladder::r7 {
 
 // The promoted pieces under the names the ladder's Hopper files (rung 8, hopper_ptx_selftest.cu) use.
 namespace hp = flashgpt2::hopper;
-using flashgpt2::hopper_attention::Cfg;
-using flashgpt2::hopper_attention::have_sm90a;
-using flashgpt2::hopper_attention::pv_gemm;
-using flashgpt2::hopper_attention::qk_gemm;
-using flashgpt2::hopper_attention::Smem;
-using flashgpt2::hopper_attention::to_p;
+using flashgpt2::hopper::sm90a_available;
+using flashgpt2::wgmma_attention::Cfg;
+using flashgpt2::wgmma_attention::pv_gemm;
+using flashgpt2::wgmma_attention::qk_gemm;
+using flashgpt2::wgmma_attention::Smem;
+using flashgpt2::wgmma_attention::to_p;
 
-inline bool supports(int HS) { return flashgpt2::attention_hopper_supports(HS); }
+// The head sizes it is built for (whether this card runs sm_90a code is checked when it launches: a clear error
+// elsewhere, so `runner --list` needs no GPU).
+inline bool supports(int HS) { return HS == 64 || HS == 128; }
 
 // The ladder's contiguous (B, NH, T, HS) tensors as the Hopper kernel's strided view. tile: -1 = by T.
-inline flashgpt2::AttentionHopperParams hopper_params(const AttnFwdParams& p, int tile) {
+inline flashgpt2::WgmmaAttentionParams hopper_params(const AttnFwdParams& p, int tile) {
     const flashgpt2::HeadStrides contiguous{(long long)p.NH * p.T * p.HS, (long long)p.T * p.HS, p.HS};
-    flashgpt2::AttentionHopperParams h;
+    flashgpt2::WgmmaAttentionParams h;
     h.q = static_cast<const __nv_bfloat16*>(p.q), h.k = static_cast<const __nv_bfloat16*>(p.k);
     h.v = static_cast<const __nv_bfloat16*>(p.v), h.in = contiguous;
     h.o = static_cast<__nv_bfloat16*>(p.o), h.out = contiguous, h.lse = p.lse;
@@ -75,5 +77,5 @@ inline int tile_from_env(const char* name) {
 
 inline void attention_forward_hopper_wgmma(const AttnFwdParams& p) {
     static const int tile = ladder::r7::tile_from_env("FLASHGPT2_R7_TILE");
-    flashgpt2::attention_forward_hopper<flashgpt2::HopperLoop::overlap>(ladder::r7::hopper_params(p, tile));
+    flashgpt2::attention_forward_flash_wgmma<flashgpt2::HopperLoop::overlap>(ladder::r7::hopper_params(p, tile));
 }

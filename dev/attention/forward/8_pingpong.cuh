@@ -1,8 +1,8 @@
 // Rung 8 — ping-pong: rung 7's Hopper kernel with the consumer warpgroups taking turns at the tensor cores,
 // item boundaries pipelined like ordinary steps, and a leaner softmax.
 //
-// Why (rung 7 measured on the H200 at (64,12,1024,64): 311 TFLOP/s; ncu: tensor pipe 36%, issue slots 42%,
-// 2.3 warps per scheduler, 5.2 cycles between a warp's instructions, "latency issues"). At head size 64 the
+// Why (Nsight Compute on rung 7 at (64,12,1024,64), doc/attention/8_pingpong.md: the tensor pipe busy about a
+// third of the time, few warps ready per scheduler, "latency issues"). At head size 64 the
 // exponentials cost as much as the matmuls (one MUFU.EX2 per score at 16/clock/SM vs 256 tensor FLOPs per
 // score at ~4096/clock/SM), so the kernel is fast only if one warpgroup's softmax runs while another's
 // matmuls occupy the tensor cores. In rung 7 both consumers start every item together, so they tend to
@@ -28,14 +28,13 @@
 // Reused from rung 7 unchanged: the configuration and shared-memory layout, the producer (TMA + mbarriers
 // + dynamic scheduler, heaviest tiles first in L2 sections), the two wgmma products, the tensor maps.
 //
-// Measured (H200, bf16, causal, 2026-11-29): 351 TFLOP/s at (64,12,1024,64) (rung 7: 312), 462 at
-// (4,12,4096,64) (rung 7: 413), 577 at (16,16,2048,128).
+// Measured: the "Measured" block of doc/attention/8_pingpong.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner fwd 8 64 12 1024 64   (tile choice: FLASHGPT2_R8_TILE=0 or 1: 2 consumer
 //          warpgroups, Br 128, or 3, Br 192, turns rotating among three; default 0 below T = 2048)
 //
-// Promoted to llmc/attention_hopper.cuh: this rung's consumer loop (Turns, softmax_step, the pipelined item
-// boundaries) is consumer_pingpong in llmc/attention_hopper_consumers.cuh, and it is the trainer's BF16
-// attention forward on an H100/H200 (kTrainerLoop in llmc/attention_hopper.cuh: the one line that would
+// Promoted to llmc/attention/wgmma_forward.cuh: this rung's consumer loop (Turns, softmax_step, the pipelined item
+// boundaries) is consumer_pingpong in llmc/attention/wgmma_forward_consumers.cuh, and it is the trainer's BF16
+// attention forward on an H100/H200 (kTrainerLoop in llmc/attention/wgmma_forward.cuh: the one line that would
 // switch the trainer back to rung 7's loop). This file only adapts the ladder's interface to it.
 #pragma once
 #include "dev/attention/forward/7_hopper_wgmma.cuh"
@@ -46,5 +45,5 @@ inline bool supports(int HS) { return r7::supports(HS); }
 
 inline void attention_forward_pingpong(const AttnFwdParams& p) {
     static const int tile = ladder::r7::tile_from_env("FLASHGPT2_R8_TILE");
-    flashgpt2::attention_forward_hopper<flashgpt2::HopperLoop::pingpong>(ladder::r7::hopper_params(p, tile));
+    flashgpt2::attention_forward_flash_wgmma<flashgpt2::HopperLoop::pingpong>(ladder::r7::hopper_params(p, tile));
 }

@@ -1,5 +1,5 @@
-// Self-test of the Hopper layer alone (llmc/hopper_ptx.cuh + the qk_gemm / pv_gemm / to_p of
-// llmc/attention_hopper.cuh, which rungs 7 and 8 and the trainer run), so that a failure of the full kernel
+// Self-test of the Hopper layer alone (llmc/ptx/hopper.cuh + the qk_gemm / pv_gemm / to_p of
+// llmc/attention/wgmma_forward.cuh, which rungs 7 and 8 and the trainer run), so that a failure of the full kernel
 // can be pinned to the data path or to the pipeline around it. One warpgroup:
 //   TMA loads Q (64×HS), K and V (128×HS, of which only T_kv = 100 rows exist: rows 100..127 must arrive as
 //   zeros) in the 128-byte swizzled layout → S = Q Kᵀ by wgmma (both operands K-major descriptors) → P =
@@ -141,7 +141,7 @@ bool run(std::mt19937& rng) {
 
 int main() {
     return flashgpt2::run_main([] {
-        if (!ladder::r7::have_sm90a()) {
+        if (!ladder::r7::sm90a_available()) {
             printf("hopper selftest: skipped (needs an sm_90a build on an sm_90 GPU)\n");
             return 0;
         }

@@ -1,0 +1,93 @@
+// What both attention runners (the forward ladder's and the backward's) share: a problem shape, the anchor
+// shapes the tables report, device buffers that free themselves, the card's name, and the CPU oracle of the
+// forward (llmc/ref/attention.h in double) on the heads a check covers.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llmc/common.cuh"
+#include "llmc/error.h"
+#include "llmc/ref/attention.h"
+
+namespace flashgpt2::dev {
+
+struct Shape {
+    int B, NH, T, HS;
+    std::string str() const {
+        char b[64];
+        snprintf(b, sizeof b, "(%d,%d,%d,%d)", B, NH, T, HS);
+        return b;
+    }
+    size_t elems() const { return (size_t)B * NH * T * HS; }  // of q, k, v, o: (B, NH, T, HS)
+    size_t rows() const { return (size_t)B * NH * T; }        // of lse: (B, NH, T)
+};
+const Shape kAnchorShapes[] = {{8, 12, 1024, 64}, {64, 12, 1024, 64}, {4, 12, 4096, 64}, {1, 12, 16384, 64}, {16, 16, 2048, 128}};
+
+
+// ---- device memory that frees itself; a failed allocation is an Error (the bench skips that rung) ----
+struct DeviceBuffer {
+    void* p = nullptr;
+    explicit DeviceBuffer(size_t bytes, const char* what = "buffer") {
+        if (bytes == 0) return;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();  // clear the (non-sticky) allocation error
+            p = nullptr;
+            fail("%s: cannot allocate %.2f GB on the GPU", what, bytes / 1e9);
+        }
+    }
+    ~DeviceBuffer() { if (p) cudaFree(p); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// ---- the oracle: llmc/ref's standard attention in double, on the heads we check ----
+// The reference takes llm.c's qkv layout (B, T, 3C); we pack the n checked heads as the n heads of one
+// batch row (C = n·HS), so its OpenMP loop over heads runs them in parallel. lse comes from its scores.
+inline void oracle(const Shape& s, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+            const std::vector<int>& heads, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+    const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
+    std::vector<double> qkv((size_t)T * 3 * C), out((size_t)T * C);           // (1, T, 3C)  (1, T, C)
+    std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T);    // (1, n, T, T) each
+    for (int hh = 0; hh < n; hh++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < HS; d++) {
+                const size_t src = ((size_t)heads[hh] * T + t) * HS + d, dst = (size_t)t * 3 * C + hh * HS + d;
+                qkv[dst] = q[src];
+                qkv[dst + C] = k[src];
+                qkv[dst + 2 * C] = v[src];
+            }
+    ref::attention_forward<double>(out.data(), preatt.data(), att.data(), qkv.data(), 1, T, C, n);
+    o_ref.assign(s.elems(), 0.0);
+    lse_ref.assign(s.rows(), 0.0);
+    for (int hh = 0; hh < n; hh++)
+        for (int t = 0; t < T; t++) {
+            const size_t row = (size_t)heads[hh] * T + t;
+            for (int d = 0; d < HS; d++) o_ref[row * HS + d] = out[(size_t)t * C + hh * HS + d];
+            const double* sc = &preatt[((size_t)hh * T + t) * T];  // scaled scores of row t; causal prefix 0..t
+            double m = sc[0], sum = 0;
+            for (int t2 = 1; t2 <= t; t2++) m = std::max(m, sc[t2]);
+            for (int t2 = 0; t2 <= t; t2++) sum += std::exp(sc[t2] - m);
+            lse_ref[row] = m + std::log(sum);
+        }
+}
+
+// How many heads the oracle checks fully: all of them on small problems; on big ones as many as fit
+// ~3e10 double multiply-adds (its two T×T×HS matmuls per head) and 4 GB of T×T buffers, at least one.
+inline int heads_to_check(const Shape& s) {
+    const double fma_per_head = 2.0 * s.T * s.T * s.HS, bytes_per_head = 2.0 * s.T * s.T * sizeof(double);
+    const double n = std::min({(double)s.B * s.NH, 48.0, std::floor(3e10 / fma_per_head), std::floor(4e9 / bytes_per_head)});
+    return std::max(1, (int)n);
+}
+
+inline std::string card_name() {
+    int dev;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
+}
+
+}  // namespace flashgpt2::dev

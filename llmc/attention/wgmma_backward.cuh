@@ -1,0 +1,356 @@
+// Flash attention backward on Hopper's warpgroup tensor cores (wgmma, sm_90a), head size 64: the BF16 build's
+// engine `wgmma`, the best flash backward on an H100/H200. It is mma_backward.cuh (read that first) with one
+// change: every tile product is a wgmma instead of a warp's mma.sync loop. Same two kernels, same tiles
+// (Br = Bc = 64), same cp.async double buffering into the same swizzled tiles, same register math for P, dP, dS,
+// same result order per output element: deterministic, and the same bits as the mma.sync engine.
+//
+// What a wgmma changes (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; FlashAttention-3,
+// Shah et al. 2024, arXiv:2407.08608, uses these for its backward):
+//   * one instruction per warpgroup (4 warps) computes a 64 x 64 x 16 product: the 4 warps' 16-row slices
+//     of a 64-row tile, accumulators in exactly the layout the mma.sync version already has (warp w of the
+//     group holds rows 16w..16w+15), so the softmax/dS code is unchanged;
+//   * the B operand (and A, for S and dP) is read by the tensor cores straight from shared memory through a
+//     descriptor: no ldmatrix, no B fragments in registers. Our software swizzle (chunk c of row r at
+//     c ^ (r % 8)) is the hardware's 128-byte swizzle, given 1024-byte aligned tiles;
+//   * it is asynchronous: issue, commit, wait. A tile written by cp.async (the generic proxy) must be made
+//     visible to the tensor cores' reads (the async proxy) by fence.proxy.async before the barrier that
+//     publishes it.
+// The products, with their operands (K-major: the 16-wide k slice is contiguous in a tile row; MN-major:
+// the tile's rows are k):
+//   dQ kernel    S = Q_i K_j^T     A = Q_i (smem, K-major)   B = K_j (K-major)
+//                dP = dO_i V_j^T   A = dO_i (smem)           B = V_j (K-major)
+//                dQ_i += dS K_j    A = dS (registers)        B = K_j (MN-major)
+//   dK/dV kernel (one warpgroup owns 64 keys)
+//                S^T = K_j Q_i^T   A = K_j (smem)            B = Q_i (K-major)
+//                dP^T = V_j dO_i^T A = V_j (smem)            B = dO_i (K-major)
+//                dV_j += P^T dO_i  A = P^T (registers)       B = dO_i (MN-major)
+//                dK_j += dS^T Q_i  A = dS^T (registers)      B = Q_i (MN-major)
+// Inside a step the second product of a pair runs while the registers of the first are worked on: dP (dP^T)
+// is in flight while P (P^T) is computed, and dV while dS^T is.
+//
+// Registers and instructions decide the speed (doc/attention/backward.md tells the measurements):
+//   * at 3 blocks per SM the dK/dV kernel may use 168 registers; with lse and D loaded per step as
+//     bounds-checked vectors ptxas serialized its wgmmas ("insufficient register resources"). So the dQ kernel
+//     also writes lse·log2(e) and D per 64-query tile, 128 floats with zeros past T, which a dK/dV step copies
+//     with one 4-byte cp.async per thread: no bounds checks, no pointers, the wgmmas overlap.
+//   * only tiles crossing the diagonal take the masked path; fb_load_tile steps one address with no checks for
+//     tiles inside T; a wgmma descriptor is computed once per tile and stepped by addition.
+//   * the dQ kernel fits 4 blocks per SM: O_i, read once for D, is staged in K's second buffer.
+// A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
+// beat this one: dev/attention/backward/3_warp_specialized.cuh.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "llmc/attention/common.cuh"
+#include "llmc/attention/fragment.cuh"
+#include "llmc/attention/mma_backward.cuh"  // the tiles, their loads and the register math it shares
+#include "llmc/error.h"
+#include "llmc/ptx/hopper.cuh"
+#include "llmc/ptx/mma_sync.cuh"
+
+namespace flashgpt2 {
+
+constexpr int FBH_DQ_SMEM = 6 * FB_TILE + 1024;  // Q_i, dO_i, K_j and V_j x 2 buffers (O_i in K's second) + alignment
+
+namespace wgmma_backward {
+
+namespace hp = flashgpt2::hopper;
+
+// Descriptors of a swizzled (64, 64) bf16 tile at `tile` (1024-byte aligned), as the B (or A) operand of
+// the 16-wide k step kk:
+//   K-major: k = tile columns 16kk..16kk+15, 32 bytes into each 128-byte row (the hardware applies the XOR);
+//   MN-major: k = tile rows 16kk..16kk+15, 16 rows of 128 bytes further on.
+// The descriptor's low 14 bits are the start address / 16 (shared memory is < 256 KB, so it never carries
+// out): moving the start by 32 or 2048 bytes is adding 2 or 128 to the tile's descriptor, computed once.
+__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) {
+    return hp::smem_desc_sw128(tile, 16, 1024) + 2 * kk;  // = smem_desc_sw128(tile + 32 kk, 16, 1024)
+}
+__device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) {
+    return hp::smem_desc_sw128(tile, 64 * 128, 1024) + 128 * kk;  // = smem_desc_sw128(tile + 2048 kk, ...)
+}
+
+// acc (64 x 64, this warpgroup) = A · B^T for A, B two (64, 64) tiles in shared memory (both K-major).
+__device__ __forceinline__ void gemm_ss(float (&acc)[8][4], uint32_t a_tile, uint32_t b_tile) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) hp::wgmma_ss<64>(acc, kmajor(a_tile, kk), kmajor(b_tile, kk), kk > 0);
+}
+// acc (64 x 64) += X · tile, X = the (64 x 64) accumulator x packed to bf16 A fragments `a` (k = X's columns).
+__device__ __forceinline__ void gemm_rs(float (&acc)[8][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) hp::wgmma_rs<64>(acc, a[kk], mnmajor(b_tile, kk), 1);
+}
+__device__ __forceinline__ void to_a_frags(uint32_t (&a)[4][4], const float (&x)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) acc_to_a_frag(a[kk], x[2 * kk], x[2 * kk + 1]);
+}
+// This thread's cp.async copies have landed; make them visible to the tensor cores (the caller's barrier
+// then publishes every thread's).
+__device__ __forceinline__ void tiles_landed() {
+    mma::cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// One step of a dK/dV warpgroup: its 64 keys (rows of Kw, Vw; this thread's key_g, key_g + 8; its warp's
+// first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
+// floats). `meanwhile` runs while S^T and dP^T are on the tensor cores. Returns with every wgmma complete.
+template <class F>
+__device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], uint32_t Kw, uint32_t Vw,
+                                          uint32_t Qi, uint32_t dOi, const float* L, int i0, int wk0, int key_g,
+                                          int t, float sl2, F&& meanwhile) {
+    float st[8][4], dpt[8][4];
+    hp::wgmma_fence();
+    gemm_ss(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
+    hp::wgmma_commit();
+    gemm_ss(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
+    hp::wgmma_commit();
+    meanwhile();
+    hp::wgmma_wait<1>();  // S^T is done
+    hp::fence_regs(st);
+    const auto p_t = [&](auto masked) {  // S^T -> P^T in place; the mask only where the tile crosses the diagonal
+        constexpr bool MASK = decltype(masked)::value;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            const int c = 8 * nt + 2 * t;  // this thread's columns c, c+1 (queries i0 + c, i0 + c + 1)
+            const float2 l2 = *reinterpret_cast<const float2*>(L + c);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = fmaf(st[nt][e], sl2, -(e & 1 ? l2.y : l2.x));
+                if (MASK && key_g + 8 * (e >> 1) > i0 + c + (e & 1)) x = -INFINITY;  // causal mask
+                st[nt][e] = frag::fast_exp2(x);                                       // P^T; 0 where masked
+            }
+        }
+    };
+    if (i0 < wk0 + 15) p_t(std::true_type{});  // some query of the tile is before some key of the warp
+    else p_t(std::false_type{});
+    uint32_t pa[4][4], dsa[4][4];
+    to_a_frags(pa, st);
+    hp::wgmma_fence();      // P^T fragments written by this thread before the wgmma reads them
+    gemm_rs(dv, pa, dOi);   // dV_j += P^T dO_i: runs while dS^T is computed below
+    hp::wgmma_commit();
+    hp::wgmma_wait<1>();    // dP^T is done (groups complete in order; dV may still run)
+    hp::fence_regs(dpt);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const float2 d2 = *reinterpret_cast<const float2*>(L + FB_BR + 8 * nt + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - (e & 1 ? d2.y : d2.x));  // dS^T
+    }
+    to_a_frags(dsa, dpt);
+    hp::wgmma_fence();      // dS^T fragments written before the wgmma reads them
+    gemm_rs(dk, dsa, Qi);   // dK_j += dS^T Q_i
+    hp::wgmma_commit();
+    hp::wgmma_wait<0>();    // dV and dK done: their registers may be read, the tiles refilled
+    hp::fence_regs(dv);
+    hp::fence_regs(dk);
+}
+
+}  // namespace wgmma_backward
+
+// ---------------------------------------------------------------------------------------------------------
+// dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
+
+static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
+    attention_backward_flash_wgmma_dq_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
+                                        const bf16_t* qkv, const float* lse, int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    namespace hb = wgmma_backward;
+    namespace hp = flashgpt2::hopper;
+    constexpr int HS = 64;
+    extern __shared__ __align__(1024) unsigned char fbh_smem[];
+    const uint32_t sQ = (mma::smem_u32(fbh_smem) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
+    const uint32_t sdO = sQ + FB_TILE;                              // Q_i, dO_i (Br, HS)
+    const uint32_t sK = sdO + FB_TILE, sV = sK + 2 * FB_TILE;       // K_j, V_j (Bc, HS), buffer b at + b * FB_TILE
+    const uint32_t sO = sK + FB_TILE;  // O_i (Br, HS), read once for D, in K's buffer 1 before K_1 lands there
+    const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row_g = q0 + 16 * warp + g;
+    const bf16_t* qbase = qkv + (size_t)b * T * 3 * C + h * HS;
+    const size_t obase = (size_t)b * T * C + h * HS;
+    const float sl2 = LOG2E / sqrtf((float)HS);
+    const int n_tiles = ceil_div(min(q0 + FB_BR, T), FB_BC);
+    const FbOffsets off(warp, lane);
+
+    float l2[2], Di[2] = {0.0f, 0.0f};  // lse (log2 units) and D of rows g, g+8; rows >= T: 0
+    fb_dq_prologue<FB_DQ_THREADS>(l2, sQ, sdO, sO, sK, sV, qbase, dout + obase, out + obase, lse + (size_t)bh * T, C,
+                                  q0, row_g, T);
+    hb::tiles_landed();
+    __syncthreads();  // Q_i, dO_i, O_i and K_0, V_0 are in shared memory, visible to every warp and to wgmma
+
+    for (int kk = 0; kk < 4; kk++) {  // D = rowsum(dO * O), exactly as the mma.sync kernel sums it
+        uint32_t doa[4], oa[4];
+        mma::ldmatrix_x4(doa, sdO + off.a[kk]);
+        mma::ldmatrix_x4(oa, sO + off.a[kk]);
+        Di[0] += fb_dot2(doa[0], oa[0]) + fb_dot2(doa[2], oa[2]);
+        Di[1] += fb_dot2(doa[1], oa[1]) + fb_dot2(doa[3], oa[3]);
+    }
+    fb_finish_D(Di);
+    __syncthreads();  // every warp has read O_i: K_1 may land on it (the first step's copies)
+    for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D, all 64 rows (past T: 0 and 0), for the dK/dV kernel
+        if (t == 0) {
+            float* ld = LD + ((size_t)bh * gridDim.x + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
+            ld[0] = l2[r], ld[FB_BR] = Di[r];
+        }
+
+    float dq[8][4] = {};
+    for (int j = 0; j < n_tiles; j++) {
+        const uint32_t Kj = sK + (j & 1) * FB_TILE, Vj = sV + (j & 1) * FB_TILE;
+        if (j > 0) {
+            hb::tiles_landed();
+            __syncthreads();  // K_j, V_j are visible to all; every wgmma of step j-1 has completed (each thread
+                              // waited for its group), so the other buffer may be refilled below
+        }
+        if (j + 1 < n_tiles) {
+            fb_load_tile<FB_BC, FB_DQ_THREADS>(sK + ((j + 1) & 1) * FB_TILE, qbase + C, 3 * C, (j + 1) * FB_BC, T);
+            fb_load_tile<FB_BC, FB_DQ_THREADS>(sV + ((j + 1) & 1) * FB_TILE, qbase + 2 * C, 3 * C, (j + 1) * FB_BC, T);
+        }
+        mma::cp_async_commit();
+
+        float s[8][4], dp[8][4];
+        hp::wgmma_fence();
+        hb::gemm_ss(s, sQ, Kj);    // S = Q_i K_j^T
+        hp::wgmma_commit();
+        hb::gemm_ss(dp, sdO, Vj);  // dP = dO_i V_j^T, a second group: still running during P below
+        hp::wgmma_commit();
+        const int j0 = j * FB_BC;
+        hp::wgmma_wait<1>();  // S is done
+        hp::fence_regs(s);
+        const auto p = [&](auto masked) {  // S -> P in place; the mask only where the tile crosses the diagonal
+            constexpr bool MASK = decltype(masked)::value;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = fmaf(s[nt][e], sl2, -l2[e >> 1]);
+                    if (MASK && j0 + 8 * nt + 2 * t + (e & 1) > row_g + 8 * (e >> 1)) x = -INFINITY;  // causal mask
+                    s[nt][e] = frag::fast_exp2(x);  // P = exp(S scale - lse); 0 where masked
+                }
+        };
+        if (j0 + FB_BC - 1 > q0 + 16 * warp) p(std::true_type{});  // some key of the tile is after some row of the warp
+        else p(std::false_type{});
+        hp::wgmma_wait<0>();  // dP is done
+        hp::fence_regs(dp);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[nt][e] = s[nt][e] * (dp[nt][e] - Di[e >> 1]);  // dS
+        uint32_t dsa[4][4];
+        hb::to_a_frags(dsa, dp);
+        hp::wgmma_fence();  // dS fragments and dq written by this thread before the wgmma reads them
+        hb::gemm_rs(dq, dsa, Kj);  // dQ_i += dS K_j
+        hp::wgmma_commit();
+        hp::wgmma_wait<0>();
+        hp::fence_regs(dq);
+    }
+
+    fb_store_dq(dqkv, dq, row_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
+#else
+    // no sm_90a code: launches are refused on the host
+    (void)dqkv, (void)LD, (void)dout, (void)out, (void)qkv, (void)lse, (void)T, (void)NH;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// dK, dV: one block (one warpgroup) per 64 keys, 3 blocks per SM, the first keys (which every query sees)
+// first. Q_i, dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier
+// per step.
+
+static __global__ void __launch_bounds__(128, 3)
+    attention_backward_flash_wgmma_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
+                                          int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    namespace hb = wgmma_backward;
+    constexpr int HS = 64, NTHREADS = 128;
+    extern __shared__ __align__(1024) unsigned char fbh_smem[];
+    const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
+    const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
+    const uint32_t sQ = sV + FB_TILE, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
+    const uint32_t sL = sdO + 2 * FB_TILE;                     // lse·log2(e), D of tile i (2, Br) x 2 buffers
+    const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int j0 = blockIdx.x * 64, n_qt = ceil_div(T, FB_BR);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wk0 = j0 + 16 * warp, key_g = wk0 + g;
+    const bf16_t* qbase = qkv + (size_t)b * T * 3 * C + h * HS;
+    const bf16_t* dobase = dout + (size_t)b * T * C + h * HS;
+    const float* LD_h = LD + (size_t)bh * n_qt * 2 * FB_BR;
+    const float sl2 = LOG2E / sqrtf((float)HS);
+    const int n_tiles = ceil_div(T - j0, FB_BR);  // query tiles from j0 on (j0 is a multiple of Br)
+    const auto load_L = [&](int buf, int i0) {    // 128 floats, one 4-byte copy per thread
+        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
+    };
+
+    fb_load_tile<64, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
+    fb_load_tile<64, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, j0, T);
+    fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, j0, T);
+    load_L(0, j0);
+    mma::cp_async_commit();
+
+    float dk[8][4] = {}, dv[8][4] = {};
+    for (int n = 0; n < n_tiles; n++) {
+        const int i0 = j0 + n * FB_BR, buf = n & 1;
+        hb::tiles_landed();
+        __syncthreads();  // tile n (and, at n = 0, K_j, V_j) is visible to every warp and to wgmma; every
+                          // wgmma of tile n-1 has completed, so the other buffer may be refilled below
+        if (n + 1 < n_tiles) {
+            fb_load_tile<FB_BR, NTHREADS>(sQ + (buf ^ 1) * FB_TILE, qbase, 3 * C, i0 + FB_BR, T);
+            fb_load_tile<FB_BR, NTHREADS>(sdO + (buf ^ 1) * FB_TILE, dobase, C, i0 + FB_BR, T);
+            load_L(buf ^ 1, i0 + FB_BR);
+        }
+        mma::cp_async_commit();
+        const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
+        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {});
+    }
+    fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
+#else
+    (void)dqkv, (void)dout, (void)qkv, (void)LD, (void)T, (void)NH;  // no sm_90a code: launches are refused
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// launch
+
+// Can this engine's backward run here: an sm_90a build on an sm_90 device (asked once per process), head size 64.
+inline bool attention_backward_flash_wgmma_supports(int HS) { return HS == 64 && hopper::sm90a_available(); }
+
+// The two kernels, each on its own (the runner also times them apart). D is the workspace of
+// attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile part is used: the dQ kernel
+// writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
+inline void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                              const bf16_t* out, const float* lse, int B, int T, int NH,
+                                              cudaStream_t stream) {
+    allow_shared_memory(attention_backward_flash_wgmma_dq_kernel, FBH_DQ_SMEM);
+    attention_backward_flash_wgmma_dq_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, FBH_DQ_SMEM, stream>>>(
+        dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
+    cudaCheckLaunch();
+}
+inline void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                                int B, int T, int NH, cudaStream_t stream) {
+    constexpr int smem = 6 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, (lse, D) x 2, alignment
+    allow_shared_memory(attention_backward_flash_wgmma_dkdv_kernel, smem);
+    attention_backward_flash_wgmma_dkdv_kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
+        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
+    cudaCheckLaunch();
+}
+
+inline void attention_backward_flash_wgmma_check(const char* who, const bf16_t* dqkv, const bf16_t* dout,
+                                                 const bf16_t* qkv, const bf16_t* out, int B, int NH, int HS) {
+    if (!attention_backward_flash_wgmma_supports(HS))
+        fail("%s: needs an sm_90a build on an H100/H200 and head size 64 (HS = %d)", who, HS);
+    if (!aligned16(qkv) || !aligned16(dout) || !aligned16(out) || !aligned16(dqkv))
+        fail("%s: qkv, dout, out and dqkv must be 16-byte aligned", who);
+    if (B * NH > 65535) fail("%s: B*NH = %d exceeds the dQ grid's y limit 65535", who, B * NH);
+}
+
+// The same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and
+// lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
+inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                           const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
+                                           cudaStream_t stream) {
+    attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+    attention_backward_flash_wgmma_dkdv(dqkv, D, dout, qkv, B, T, NH, stream);
+}
+
+}  // namespace flashgpt2
