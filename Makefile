@@ -211,6 +211,10 @@ nf-layers: build/train_gpt2cu_bf16 data
 profile-step: build/train_gpt2cu_bf16 data
 	OUT=log/profile-step bash scripts/bench/45_profile_step.sh
 
+# long-context: d12 at 32,768 tokens per step for T = 1K..32K: the flash set, the naive-attention set (refused before allocation where it cannot fit) and PyTorch in the same run; writes doc/results/long_context.md and the README table (~6 min on an H200 with PyTorch)
+long-context: build/train_gpt2cu_bf16 data
+	OUT=log/long-context bash scripts/bench/70_long_context.sh
+
 # distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/results/distributed.md and the README table (~2 min on 2 H200s)
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
 	OUT=log/distributed bash scripts/bench/60_distributed.sh
@@ -226,4 +230,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help

@@ -76,25 +76,41 @@ inline size_t gpu_memory_used() {
     return total_b - free_b;
 }
 
-// The initial weights: GPT-2's random init (the oracle's, so GPU, CPU and the tests start alike), or a file.
+// The initial weights: GPT-2's random init (the oracle's, so GPU, CPU and the tests start alike), or a file,
+// whose position table --max-seq-len may lengthen (llmc/init.h's extend_position_table).
 inline std::vector<float> initial_params(const TrainOptions& o, const GPT2Config& cfg) {
     if (config_from_depth(o.init)) return gpt2_initial_weights(cfg, o.seed);
     std::vector<float> params;
-    load_checkpoint(o.init, params);
+    const GPT2Config file = load_checkpoint(o.init, params);
+    if (file.max_seq_len < cfg.max_seq_len) return extend_position_table(params, file, cfg, o.seed);
     return params;
 }
 
-// The model's config: from the checkpoint being resumed, else -e. A resumed checkpoint must match -e when
-// -e was given explicitly.
+// The model's config: from the checkpoint being resumed, else -e, with --max-seq-len's position table. A resumed
+// checkpoint must match -e and --max-seq-len when they were given explicitly.
 inline GPT2Config resolve_config(const TrainOptions& o, const std::string& resume_file) {
     std::optional<GPT2Config> depth = config_from_depth(o.init);
-    const GPT2Config from_e = depth ? *depth : load_checkpoint_config(o.init);
+    GPT2Config from_e = depth ? *depth : load_checkpoint_config(o.init);
+    if (o.max_seq_len > 0) {
+        if (!depth && o.max_seq_len < from_e.max_seq_len)
+            fail("--max-seq-len %d: %s has a position table of %d rows; a table can grow, not shrink", o.max_seq_len,
+                 o.init.c_str(), from_e.max_seq_len);
+        from_e.max_seq_len = o.max_seq_len;
+    }
     if (resume_file.empty()) return from_e;
     const GPT2Config c = load_checkpoint_config(resume_file);
-    if (o.given.count("-e") && !same_config(c, from_e))
-        fail("--resume: checkpoint config mismatch: %s holds %s but -e %s is %s", resume_file.c_str(),
-             config_str(c).c_str(), o.init.c_str(), config_str(from_e).c_str());
+    if ((o.given.count("-e") || o.given.count("--max-seq-len")) && !same_config(c, from_e))
+        fail("--resume: checkpoint config mismatch: %s holds %s but -e %s --max-seq-len %d is %s", resume_file.c_str(),
+             config_str(c).c_str(), o.init.c_str(), from_e.max_seq_len, config_str(from_e).c_str());
     return c;
+}
+
+// -t beyond the position table: one line that says how to get a longer one.
+inline void check_seq_len(const TrainOptions& o, const GPT2Config& cfg) {
+    if (o.T > cfg.max_seq_len)
+        fail("-t: T=%d exceeds the model's max_seq_len %d (its position table's rows); add --max-seq-len %d (a random "
+             "init gets that many rows; a checkpoint's table is extended, the new rows drawn as GPT-2's init draws them)",
+             o.T, cfg.max_seq_len, o.T);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -248,7 +264,7 @@ inline TrainResult train(const TrainOptions& o) {
     ensure_gpu(dist.local_rank);
     dist.connect();
     const GPT2Config cfg = resolve_config(o, resume_model);
-    if (o.T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, cfg.max_seq_len);
+    check_seq_len(o, cfg);
     if (o.sample_every > 0 && o.gen_tokens > cfg.max_seq_len)
         fail("-g: %d tokens per sample exceed the model's max_seq_len %d", o.gen_tokens, cfg.max_seq_len);
     const int grad_accum = grad_accum_steps(o, dist.world);
@@ -322,6 +338,10 @@ inline TrainResult train(const TrainOptions& o) {
     StepRunner runner(model, train_loader, grad_accum, dist);
     double timed_ms = 0.0;
     int timed_steps = 0;
+    LayerProfiler prof;  // --profile-steps N: the last N steps, by layer
+    if (o.profile_steps > o.steps - first_step)
+        fail("--profile-steps %d: this run has %d steps to go", o.profile_steps, o.steps - first_step);
+    const int profile_from = o.steps - o.profile_steps;
     for (int step = first_step; step <= o.steps; step++) {
         const bool last = step == o.steps;
         std::optional<float> val;
@@ -350,11 +370,16 @@ inline TrainResult train(const TrainOptions& o) {
             break;
         }
 
+        const bool profiled = step >= profile_from;
+        model.prof = profiled ? &prof : nullptr;
         const StepResult r = runner.run(step, o);
+        model.prof = nullptr;  // (evaluation and sampling are never profiled)
+        if (profiled) prof.collect();
         const double tok_s = tokens_per_step / (r.ms / 1e3);
         res.train_losses.push_back(r.loss);
         res.peak_memory = std::max(res.peak_memory, gpu_memory_used());
-        if (step > first_step || o.steps - first_step == 1) {  // the first step pays one-time setup: skip it
+        // the first step pays one-time setup, and profiled steps the events' idle time: neither is timed
+        if ((step > first_step || o.steps - first_step == 1) && !profiled) {
             timed_ms += r.ms;
             timed_steps++;
         }
@@ -363,6 +388,21 @@ inline TrainResult train(const TrainOptions& o) {
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n", step + 1,
                    o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s);
         fflush(stdout);
+    }
+    if (o.profile_steps > 0 && dist.is_main()) {
+        SetProfile set;
+        set.ks = model.ks;
+        set.attention = attention_kernels_str(model.ks, cfg.channels / cfg.num_heads);
+        for (int l = 0; l < NUM_LAYERS; l++) {
+            set.fwd_ms[l] = prof.ms(layer_at(l), Pass::forward) / o.profile_steps;
+            set.bwd_ms[l] = prof.ms(layer_at(l), Pass::backward) / o.profile_steps;
+        }
+        CompareRun run;
+        run.card = prop.name, run.date = utc_timestamp(), run.precision = PRECISION_NAME, run.model = config_str(cfg);
+        run.B = o.B, run.T = o.T, run.seed = o.seed, run.profiled_steps = o.profile_steps;
+        const std::string md = profile_report_md(run, set);
+        if (!quiet) fputs(md.c_str(), stdout);
+        write_file_atomic((std::filesystem::path(o.out_dir) / "profile.md").string(), md);
     }
     res.allocated = model.mem.allocated;
     if (timed_steps > 0) {
@@ -428,7 +468,7 @@ inline void run_compare(TrainOptions o) {
     o.steps = 1 + COMPARE_TIMED + COMPARE_PROFILED;
     o.warmup = std::min(o.warmup, o.steps);
     const GPT2Config cfg = resolve_config(o, "");
-    if (o.T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, cfg.max_seq_len);
+    check_seq_len(o, cfg);
     const std::vector<float> init = initial_params(o, cfg);
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));

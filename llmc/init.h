@@ -51,4 +51,26 @@ inline std::vector<float> gpt2_initial_weights(const GPT2Config& c, uint64_t see
     return params;
 }
 
+// The same weights for a model with a longer position table (config `to`, whose max_seq_len exceeds `from`'s and
+// is otherwise the same): every tensor copied, wpe's first from.max_seq_len rows too, and its new rows drawn as
+// GPT-2's init draws wpe (N(0, 0.02), llm.c's stream for `seed`). This is how `--max-seq-len N` extends a
+// checkpoint trained at a shorter T: the new positions start as a fresh model's.
+inline std::vector<float> extend_position_table(const std::vector<float>& params, const GPT2Config& from,
+                                                const GPT2Config& to, uint64_t seed) {
+    GPT2Config same = to;
+    same.max_seq_len = from.max_seq_len;
+    if (!same_config(same, from) || to.max_seq_len < from.max_seq_len)
+        fail("extend_position_table: %s cannot become %s", config_str(from).c_str(), config_str(to).c_str());
+    if (params.size() != num_parameters(from))
+        fail("extend_position_table: %zu values for a model of %zu parameters", params.size(), num_parameters(from));
+    std::vector<float> out = gpt2_initial_weights(to, seed);  // the new wpe rows come from here
+    const auto a = parameter_sizes(from), b = parameter_sizes(to);
+    size_t ia = 0, ib = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        std::copy(params.begin() + ia, params.begin() + ia + a[i], out.begin() + ib);  // wpe: its first rows
+        ia += a[i], ib += b[i];
+    }
+    return out;
+}
+
 }  // namespace flashgpt2

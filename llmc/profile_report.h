@@ -93,4 +93,28 @@ inline std::string compare_report_md(const CompareRun& run, const SetProfile& na
     return md;
 }
 
+// One kernel set's profile (`--profile-steps N`): per layer, ms per step forward and backward, and each layer's share
+// of the time the ops took. What a long-context run uses to show how a step splits between attention and the rest.
+inline std::string profile_report_md(const CompareRun& run, const SetProfile& set) {
+    std::string md;
+    char b[512];
+    snprintf(b, sizeof b, "**one training step of %s, by layer**\n\n%s, %s, %s build, B=%d T=%d (%d tokens per step), kernels %s, "
+             "attention %s. CUDA events around every op, mean of the last %d steps (`--profile-steps %d`).\n\n",
+             run.model.c_str(), run.card.c_str(), run.date.c_str(), run.precision.c_str(), run.B, run.T, run.B * run.T,
+             set.ks.str().c_str(), set.attention.c_str(), run.profiled_steps, run.profiled_steps);
+    md += b;
+    md += "| layer | fwd ms | bwd ms | fwd + bwd ms | share |\n|---|---:|---:|---:|---:|\n";
+    double total = 0;
+    for (int i = 0; i < NUM_LAYERS; i++) total += set.fwd_ms[i] + set.bwd_ms[i];
+    for (int i = 0; i < NUM_LAYERS; i++) {
+        const double t = set.fwd_ms[i] + set.bwd_ms[i];
+        if (t <= 0) continue;
+        snprintf(b, sizeof b, "| %s | %.3f | %.3f | %.3f | %.1f%% |\n", LAYER_NAMES[i], set.fwd_ms[i], set.bwd_ms[i], t,
+                 100.0 * t / total);
+        md += b;
+    }
+    snprintf(b, sizeof b, "| all ops | | | %.3f | 100%% |\n", total);
+    return md + b;
+}
+
 }  // namespace flashgpt2

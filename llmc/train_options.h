@@ -24,6 +24,7 @@ struct TrainOptions {
     std::string val_glob = "data/tinyshakespeare/tiny_shakespeare_val.bin";
     std::string tokenizer = "data/gpt2_tokenizer.bin";
     std::string init = "d12";      // dN (random init, depth N) or a checkpoint file
+    int max_seq_len = 0;           // position table rows (wpe); 0 = the preset's 1024, or the checkpoint's
     int B = 16;                    // sequences per micro-batch
     int T = 1024;                  // tokens per sequence
     long total_batch = -1;         // tokens per optimizer step; -1 = B*T (no gradient accumulation)
@@ -46,6 +47,7 @@ struct TrainOptions {
     KernelSet kernels = KernelSet::all(Variant::flash);
     bool list_kernels = false;
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
+    int profile_steps = 0;         // time every op of the last N steps by layer: DIR/profile.md
     bool help = false;
     bool quiet = false;            // no per-step stdout lines (tests)
     int num_gpus = 0;              // data parallel over N processes (llmc/distributed.h); 0 = the plain 1-GPU trainer
@@ -64,6 +66,8 @@ inline void print_help(FILE* f) {
             "  -j GLOB        validation token shards                    [%s]\n"
             "  --tokenizer F  tokenizer for printing samples             [%s]\n"
             "  -e INIT        dN = random init of depth N (d2 d4 d6 d8 d10 d12 d24 d36 d48), or a checkpoint file [%s]\n"
+            "  --max-seq-len N  position table rows: a random init gets N (GPT-2: 1024); a checkpoint's shorter table is\n"
+            "                 extended (new rows drawn as GPT-2's init draws them). -t may be up to N\n"
             "  -b B           sequences per micro-batch                  [%d]\n"
             "  -t T           sequence length                            [%d]\n"
             "  -d TOKENS      total batch in tokens per step (gradient accumulation over TOKENS/(B*T) micro-batches;\n"
@@ -99,6 +103,8 @@ inline void print_help(FILE* f) {
             "                 the flash attention's engine (plain flash: the best one this card and head size run;\n"
             "                 the step header names the engines that ran; one that cannot run is an error)\n"
             "  --list-kernels print each layer's naive and flash kernel and exit\n"
+            "  --profile-steps N  time every op of the last N steps by layer (CUDA events): a table on stdout and in\n"
+            "                 DIR/profile.md (those steps are left out of the mean step time)\n"
             "  --compare      time every layer with the naive set, then the flash set (same seed, same data),\n"
             "                 print the table and write it to DIR/compare.md (what `make compare` runs)\n"
             "  -h, --help     this text\n",
@@ -135,6 +141,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "-j") o.val_glob = v;
         else if (a == "--tokenizer") o.tokenizer = v;
         else if (a == "-e") o.init = v;
+        else if (a == "--max-seq-len") o.max_seq_len = parse_int(f, v, 1, 1 << 20);
         else if (a == "-b") o.B = parse_int(f, v, 1, BIG);
         else if (a == "-t") o.T = parse_int(f, v, 1, BIG);
         else if (a == "-d") {
@@ -163,6 +170,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
             if (s < 0 || s > (long)UINT32_MAX) fail("--seed: %ld must be in [0, %u] (llm.c's 32-bit generators)", s, UINT32_MAX);
             o.seed = static_cast<unsigned long long>(s);
         }
+        else if (a == "--profile-steps") o.profile_steps = parse_int(f, v, 1, BIG);
         else if (a == "--num-gpus") o.num_gpus = parse_int(f, v, 1, 1024);
         else if (a == "--rank") o.rank = parse_int(f, v, 0, 1023);
         else if (a == "--init-file") o.init_file = v;

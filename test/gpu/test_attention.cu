@@ -146,3 +146,121 @@ TEST_CASE("attention: the flash path rejects head sizes it has no kernel for, be
     CHECK_THROWS_WITH_AS(attention_forward(ops(KernelSet{}, nullptr), out, lse, qkv, 1, 2, 48, 1),
                          doctest::Contains("head size 48"), Error);
 }
+
+namespace {
+
+// The oracle on sampled rows and keys, for sequences too long for the whole T×T reference (in double): every
+// row's lse_i and D_i = Σ_j P_ij dP_ij over its visible keys (one O(T²·HS) pass, rows in parallel), then O_i and
+// dq_i of the sampled queries and dk_j, dv_j of the sampled keys from them. One batch row (B = 1).
+struct SampledRef {
+    std::vector<double> o, lse, dq, dk, dv;  // [head][sample][d] (lse: [head][sample])
+};
+SampledRef sampled_oracle(const std::vector<double>& qkv, const std::vector<double>& dout, int T, int C, int NH,
+                          const std::vector<int>& rows, const std::vector<int>& keys) {
+    const int HS = C / NH;
+    const double scale = 1.0 / std::sqrt((double)HS);
+    SampledRef r;
+    for (int h = 0; h < NH; h++) {
+        auto x = [&](int t, int which) { return &qkv[((size_t)t * 3 + which) * C + (size_t)h * HS]; };
+        auto dO = [&](int t) { return &dout[(size_t)t * C + (size_t)h * HS]; };
+        auto dot = [&](const double* a, const double* b) {
+            double s = 0;
+            for (int d = 0; d < HS; d++) s += a[d] * b[d];
+            return s;
+        };
+        std::vector<double> lse(T), D(T);
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int i = 0; i < T; i++) {
+            double m = -INFINITY, l = 0, dd = 0;
+            for (int j = 0; j <= i; j++) m = std::max(m, scale * dot(x(i, 0), x(j, 1)));
+            for (int j = 0; j <= i; j++) {
+                const double p = std::exp(scale * dot(x(i, 0), x(j, 1)) - m);
+                l += p;
+                dd += p * dot(dO(i), x(j, 2));
+            }
+            lse[i] = m + std::log(l);
+            D[i] = dd / l;
+        }
+        auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
+        for (int i : rows) {
+            std::vector<double> o(HS, 0.0), dq(HS, 0.0);
+            for (int j = 0; j <= i; j++) {
+                const double p = P(i, j), ds = p * (dot(dO(i), x(j, 2)) - D[i]);
+                for (int d = 0; d < HS; d++) o[d] += p * x(j, 2)[d], dq[d] += scale * ds * x(j, 1)[d];
+            }
+            r.o.insert(r.o.end(), o.begin(), o.end());
+            r.dq.insert(r.dq.end(), dq.begin(), dq.end());
+            r.lse.push_back(lse[i]);
+        }
+        for (int j : keys) {
+            std::vector<double> dk(HS, 0.0), dv(HS, 0.0);
+            for (int i = j; i < T; i++) {
+                const double p = P(i, j), ds = p * (dot(dO(i), x(j, 2)) - D[i]);
+                for (int d = 0; d < HS; d++) dv[d] += p * dO(i)[d], dk[d] += scale * ds * x(i, 0)[d];
+            }
+            r.dk.insert(r.dk.end(), dk.begin(), dk.end());
+            r.dv.insert(r.dv.end(), dv.begin(), dv.end());
+        }
+    }
+    return r;
+}
+
+// The same samples out of the GPU's tensors: out (1,T,NH,HS) at `rows`, lse (1,NH,T) at `rows`, and one third
+// of dqkv (1,T,3,NH,HS) (which = 0, 1, 2) at `ts`, in the oracle's [head][sample][d] order.
+std::vector<double> gather(const std::vector<double>& t, int C, int NH, int which, int thirds, const std::vector<int>& ts) {
+    const int HS = C / NH;
+    std::vector<double> g;
+    for (int h = 0; h < NH; h++)
+        for (int i : ts)
+            for (int d = 0; d < HS; d++) g.push_back(t[((size_t)i * thirds + which) * C + (size_t)h * HS + d]);
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("attention at long T (4096, 16384): naive and flash against the oracle on sampled rows and keys") {
+    struct LongShape { int T, C, NH; };
+    for (const LongShape a : {LongShape{4096, 128, 2}, LongShape{4096, 256, 2}, LongShape{16384, 64, 1}}) {
+        const int T = a.T, C = a.C, NH = a.NH, HS = C / NH;
+        const std::string tag = "T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " HS=" + std::to_string(HS);
+        Rng rng(seed_for("attention long " + tag));
+        const auto qkv = random_x(3 * (size_t)T * C, rng, 0.3, 1.0), dout = random_x((size_t)T * C, rng);
+        // the edges, both sides of the 64- and 128-row tile boundaries, the middle, and 24 at random
+        std::vector<int> rows = {0, 1, 63, 64, 127, 128, T / 2, T - 2, T - 1};
+        for (int s = 0; s < 24; s++) rows.push_back((int)(rng.next_u32() % (uint32_t)T));
+        std::vector<int> keys = rows;
+        std::reverse(keys.begin(), keys.end());
+        MESSAGE(tag << ": the oracle checks " << rows.size() << " query rows and " << keys.size() << " keys per head");
+        const SampledRef ref = sampled_oracle(qkv, dout, T, C, NH, rows, keys);
+
+        const KernelSet naive = KernelSet::all(Variant::naive), flash;
+        Dev<floatX> d_qkv(3 * (size_t)T * C), d_dout((size_t)T * C), d_out((size_t)T * C), d_dqkv(3 * (size_t)T * C);
+        Dev<floatX> d_att((size_t)NH * T * T);
+        Dev<float> d_lse((size_t)NH * T);
+        Dev<char> ws(std::max(workspace_bytes(naive, 1, T, C, NH, 8), workspace_bytes(flash, 1, T, C, NH, 8)));
+        put(d_qkv, qkv), put(d_dout, dout);
+        struct Got { std::vector<double> out, dqkv; };
+        auto run = [&](const KernelSet& ks, void* saved) {
+            d_out.poison(), d_dqkv.poison();
+            attention_forward(ops(ks, ws), d_out, saved, d_qkv, 1, T, C, NH);
+            attention_backward(ops(ks, ws), d_dqkv, d_dout, d_qkv, d_out, saved, 1, T, C, NH);
+            return Got{get(d_out), get(d_dqkv)};
+        };
+        const Got n = run(naive, d_att), f = run(flash, d_lse);
+        const std::string name = " [flash:" + std::string(engine_name(attention_engine(AttnEngine::best, Pass::forward, HS))) +
+                                 "/" + engine_name(attention_engine(AttnEngine::best, Pass::backward, HS)) + "] " + tag;
+        check_naive_flash("attention out" + name, gather(n.out, C, NH, 0, 1, rows), gather(f.out, C, NH, 0, 1, rows), ref.o);
+        std::vector<double> lse_got;
+        const auto lse = get(d_lse);
+        for (int h = 0; h < NH; h++)
+            for (int i : rows) lse_got.push_back(lse[(size_t)h * T + i]);
+        check_single("attention lse" + name, lse_got, ref.lse, 1e-4);
+        const std::pair<const char*, std::pair<int, const std::vector<double>*>> grads[] = {
+            {"dq", {0, &ref.dq}}, {"dk", {1, &ref.dk}}, {"dv", {2, &ref.dv}}};
+        for (const auto& [what, g] : grads) {
+            const std::vector<int>& at = g.first == 0 ? rows : keys;
+            check_naive_flash(std::string("attention ") + what + name, gather(n.dqkv, C, NH, g.first, 3, at),
+                              gather(f.dqkv, C, NH, g.first, 3, at), *g.second);
+        }
+    }
+}

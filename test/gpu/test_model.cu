@@ -334,29 +334,23 @@ TEST_CASE("model: sampling with the KV cache matches the full forward pass") {
     for (const NamedSet& set : kernel_sets()) check_kv_cache(c, c.max_seq_len, set, 99);
 }
 
-TEST_CASE("model: save -> reload -> continue is bit-identical") {
-    // A run of 6 steps checkpointing at 3 and 6; then the step-6 checkpoint is "lost" and a resumed run
-    // continues from step 3. Losses, val losses, samples and the final weights must equal the first run's.
-    // Flash set: deterministic by design (the naive encoder backward uses atomics, so it is not).
-    TempDir dir("model");
-    const GPT2Config c = small_config();
-    ref::GPT2<float> init(c);
-    init.init_random(5);
-    save_checkpoint(dir / "init.bin", c, init.params.data());
-    write_random_tokens(dir / "train.bin", 4000, c.vocab_size, 1);
-    write_random_tokens(dir / "val.bin", 600, c.vocab_size, 2);
-    write_letter_tokenizer(dir / "tok.bin", c.vocab_size);
-
-    TrainOptions o;
+// A run of 6 steps checkpointing at 3 and 6; then the step-6 checkpoint is "lost" (its DONE marker and its model
+// file deleted, so the resumed run must write it again) and a resumed run continues from step 3. Losses, val
+// losses, samples and the final weights must equal the first run's. Flash set: deterministic by design (the
+// naive encoder backward uses atomics, so it is not). `o` names the model (-e, --max-seq-len) and the batch.
+void check_resume(TrainOptions o, const TempDir& dir, int V) {
+    write_random_tokens(dir / "train.bin", (size_t)14 * o.B * o.T, V, 1);
+    write_random_tokens(dir / "val.bin", (size_t)2 * o.T + 1, V, 2);
+    write_letter_tokenizer(dir / "tok.bin", V);
     o.train_glob = dir / "train.bin", o.val_glob = dir / "val.bin", o.tokenizer = dir / "tok.bin";
-    o.init = dir / "init.bin";
-    o.B = 2, o.T = 37, o.total_batch = 2 * 2 * 37;  // 2 micro-batches per step: gradient accumulation
+    o.total_batch = 2 * o.B * o.T;  // 2 micro-batches per step: gradient accumulation
     o.steps = 6, o.warmup = 2, o.lr = 1e-3f, o.val_every = 2, o.sample_every = 3, o.gen_tokens = 10;
     o.checkpoint_every = 3, o.out_dir = dir / "run", o.seed = 11, o.quiet = true;
     const TrainResult first = train(o);
     REQUIRE(first.train_losses.size() == 6);
     const std::string model6 = read_bytes(checkpoint_path(o.out_dir, "model", 6));
     std::filesystem::remove(checkpoint_path(o.out_dir, "DONE", 6));
+    std::filesystem::remove(checkpoint_path(o.out_dir, "model", 6));  // the resumed run must write it again
     REQUIRE(latest_checkpoint_step(o.out_dir) == 3);
 
     TrainOptions r = o;
@@ -381,6 +375,66 @@ TEST_CASE("model: save -> reload -> continue is bit-identical") {
     CHECK(read_bytes(checkpoint_path(o.out_dir, "model", 6)) == model6);
     MESSAGE("losses after the resume point: " << second.train_losses[0] << " " << second.train_losses[1] << " "
                                               << second.train_losses[2]);
+}
+
+TEST_CASE("model: save -> reload -> continue is bit-identical") {
+    TempDir dir("model");
+    const GPT2Config c = small_config();
+    save_checkpoint(dir / "init.bin", c, gpt2_initial_weights(c, 5).data());
+    TrainOptions o;
+    o.init = dir / "init.bin", o.B = 2, o.T = 37;
+    check_resume(o, dir, c.vocab_size);
+}
+
+// ---- 5. long context: a position table longer than GPT-2's 1024 rows ---------------------------------------
+
+TEST_CASE("long context: --max-seq-len 1536 trains at T=1100, checkpoints it and resumes bit-identically") {
+    TempDir dir("model");
+    TrainOptions o;
+    o.init = "d1", o.max_seq_len = 1536, o.B = 1, o.T = 1100;  // GPT-2's shapes at depth 1, 1536 positions
+    check_resume(o, dir, GPT2Config{}.vocab_size);
+    const GPT2Config saved = load_checkpoint_config(checkpoint_path(dir / "run", "model", 6));
+    CHECK(saved.max_seq_len == 1536);  // the header's max_seq_len field carries the table's rows
+}
+
+TEST_CASE("long context: a checkpoint's position table grows with --max-seq-len, its rows kept") {
+    TempDir dir("model");
+    const GPT2Config c = small_config();  // 48 positions
+    const std::vector<float> init = gpt2_initial_weights(c, 5);
+    save_checkpoint(dir / "small.bin", c, init.data());
+    TrainOptions o;
+    o.init = dir / "small.bin", o.max_seq_len = 96, o.seed = 3;
+    const GPT2Config big = resolve_config(o, "");
+    REQUIRE(big.max_seq_len == 96);
+    const std::vector<float> grown = initial_params(o, big);
+    REQUIRE(grown.size() == num_parameters(big));
+    const auto a = parameter_sizes(c), b = parameter_sizes(big);
+    size_t ia = 0, ib = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {  // every tensor, and wpe's first 48 rows, as they were
+        CHECK_MESSAGE(std::equal(init.begin() + ia, init.begin() + ia + a[i], grown.begin() + ib), PARAMETER_NAMES[i]);
+        ia += a[i], ib += b[i];
+    }
+    size_t wpe = 0;
+    for (int i = 0; i < WPE; i++) wpe += b[i];
+    const std::vector<float> fresh = gpt2_initial_weights(big, 3);  // the new rows: a fresh init's
+    CHECK(std::equal(grown.begin() + wpe + a[WPE], grown.begin() + wpe + b[WPE], fresh.begin() + wpe + a[WPE]));
+    o.max_seq_len = 32;
+    CHECK_THROWS_WITH_AS(resolve_config(o, ""), doctest::Contains("can grow, not shrink"), Error);
+    TrainOptions t;
+    t.init = "d2", t.T = 2048;
+    CHECK_THROWS_WITH_AS(check_seq_len(t, resolve_config(t, "")), doctest::Contains("--max-seq-len 2048"), Error);
+}
+
+TEST_CASE("long context: loss and 16 gradients vs the oracle at T=2048, every kernel set") {
+    GPT2Config c = small_config();
+    c.max_seq_len = 2048;
+    check_loss_and_grads(c, 1, 2048, 2048);
+}
+
+TEST_CASE("long context: KV-cache sampling past position 1024 matches the full forward pass") {
+    GPT2Config c = small_config();
+    c.max_seq_len = 1300;
+    check_kv_cache(c, 1300, kernel_sets()[1], 1300);  // all flash
 }
 
 TEST_CASE("model: clear errors") {
