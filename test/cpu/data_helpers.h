@@ -51,24 +51,14 @@ std::string error_of(F&& f) {
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The directory `make data` takes its sources from: asks data/get_sources.sh, the one place that decides.
+// The directory `make data` takes its sources from (llmc/bpe.h asks data/get_sources.sh, the one place that decides).
 inline const std::string& source_dir() {
-    static const std::string dir = [] {
-        FILE* p = popen("bash data/get_sources.sh dir", "r");
-        REQUIRE_MESSAGE(p != nullptr, "cannot run data/get_sources.sh (tests run from the repository root)");
-        char buf[4096] = {};
-        const bool got = fgets(buf, sizeof buf, p) != nullptr;
-        pclose(p);
-        REQUIRE_MESSAGE(got, "data/get_sources.sh printed no source directory");
-        std::string d(buf);
-        while (!d.empty() && (d.back() == '\n' || d.back() == '\r')) d.pop_back();
-        return d;
-    }();
+    static const std::string dir = gpt2_source_dir();
     return dir;
 }
 
 inline const BPE& gpt2_bpe() {
-    static const BPE bpe = BPE::load(source_dir() + "/gpt2/encoder.json", source_dir() + "/gpt2/vocab.bpe");
+    static const BPE bpe = load_gpt2_bpe(source_dir());
     return bpe;
 }
 
