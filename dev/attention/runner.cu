@@ -18,7 +18,7 @@
 #include <random>
 #include "dev/attention/attention.cuh"
 #include "dev/harness.cuh"
-#include "dev/plot.h"
+#include "llmc/plot.h"
 #include "llmc/ref/attention.h"
 
 #include "dev/attention/forward/1_naive.cuh"
