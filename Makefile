@@ -101,15 +101,16 @@ build/test_cpu: $(TEST_CPU_OBJ)
 build/train_gpt2: build/train_gpt2.o
 	$(CXX) $(CXXFLAGS) $^ -o $@
 
-# The command-line tools (tools/*.cpp, one program each): build/tokenizer, build/sample, build/plot_loss,
-# build/export_hf, build/import_hf. doc/guide/after_the_first_run.md shows them at work.
+# The command-line tools (tools/*.cpp, one program each): build/tokenizer, build/sample, build/loss,
+# build/plot_loss, build/export_hf, build/import_hf. doc/guide/after_the_first_run.md shows them at work.
 TOOLS := $(patsubst tools/%.cpp,build/%,$(wildcard tools/*.cpp))
 -include $(patsubst build/%,build/tools/%.d,$(TOOLS))
 
 $(TOOLS): build/%: build/tools/%.o
-	$(CXX) $(CXXFLAGS) $< -o $@ -lpcre2-8
+	$(CXX) $(CXXFLAGS) $< -o $@ $(TOOL_LIBS)
+build/tokenizer build/sample: TOOL_LIBS := -lpcre2-8  # GPT-2's split regex (llmc/bpe.h)
 
-# tools: build the command-line tools (tokenizer, sample, plot_loss, export_hf, import_hf)
+# tools: build the command-line tools (tokenizer, sample, loss, plot_loss, export_hf, import_hf)
 tools: $(TOOLS) build/prepro_text
 
 # Dependencies are checked before a build could fail deep in a header (scripts/deps.sh: installs what is missing
@@ -123,6 +124,22 @@ test:
 	@$(DEPS) cxx make eigen doctest stb pcre2 $(DATA_NEEDS)
 	@$(MAKE) --no-print-directory build/test_cpu data tools
 	./build/test_cpu
+
+# plots: PNG loss curves (train and val) from training logs, overlaid and labelled (build/plot_loss): make plots LOGS="a/main.log b/main.log" [LABELS="naive,flash"] [OUT=doc/results/loss.png]
+LOGS ?= $(wildcard log/main.log log/train_cpu.log)
+plots: build/plot_loss
+	@[ -n "$(strip $(LOGS))" ] || { echo "error: no logs to plot: train first (make train) or give LOGS=\"a/main.log b/main.log\"" >&2; exit 1; }
+	./build/plot_loss -o '$(or $(OUT),doc/results/loss.png)' $(if $(LABELS),--labels '$(LABELS)') $(LOGS)
+
+# export-hf: an llm.c checkpoint -> a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files) that transformers' GPT2LMHeadModel.from_pretrained loads: make export-hf CKPT=checkpoints/cpu_model.bin OUT=hf/my-gpt2
+export-hf: build/export_hf
+	@[ -n "$(OUT)" ] || { echo "error: give OUT=dir, the folder to write (e.g. make export-hf CKPT=$(CKPT) OUT=hf/my-gpt2)" >&2; exit 1; }
+	./build/export_hf $(if $(wildcard $(DATA_SRC)/gpt2/encoder.json),--bpe $(DATA_SRC)) '$(CKPT)' '$(OUT)'
+
+# import-hf: a local Hugging Face GPT-2 folder (config.json + model.safetensors) -> an llm.c checkpoint both trainers start from (-e): make import-hf HF=path/to/gpt2 OUT=gpt2_124M.bin
+import-hf: build/import_hf
+	@[ -n "$(HF)" ] && [ -n "$(OUT)" ] || { echo "error: give HF=dir (a GPT-2 folder) and OUT=file.bin" >&2; exit 1; }
+	./build/import_hf '$(HF)' '$(OUT)'
 
 # ---------------------------------------------------------------------------------------------------------
 # CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions.
@@ -193,7 +210,7 @@ test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
 	./build/test_gpu_fp32
 	./build/test_gpu_bf16
 
-# dev-attention: build the attention ladder runner (./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
+# dev-attention: build the attention ladder runner (then, on a GPU machine: ./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
 dev-attention: dev/attention/runner
 
 # bench-attention: validate and time every attention rung on the anchor shapes; writes doc/attention_forward.{csv,md,png} and the README table (ANCHORS=sdpa_bench.py log adds the FA2/cuDNN columns)
@@ -278,4 +295,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data tools sample test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help
+.PHONY: data tools sample plots export-hf import-hf test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help

@@ -7,6 +7,7 @@
 #include <fcntl.h>  // AT_FDCWD
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -50,7 +51,9 @@ public:
 
     void write(const void* data, size_t size) {
         if (size != 0 && fwrite(data, 1, size, f_) != size) fail("%s: write failed (disk full?)", tmp_.c_str());
+        written_ += size;
     }
+    uint64_t bytes_written() const { return written_; }
 
     void commit() {
         // flush our buffer, then ask the OS to put the bytes on disk before the rename makes them the real file:
@@ -67,6 +70,7 @@ public:
 private:
     std::string path_, tmp_;
     FILE* f_ = nullptr;
+    uint64_t written_ = 0;
     bool committed_ = false;
 };
 

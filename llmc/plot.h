@@ -1,10 +1,13 @@
-// A grouped bar chart written as a PNG, with no plotting library: an RGB pixel buffer, filled rectangles,
-// a hand-drawn 5×7 bitmap font, and stb_image_write to encode it. The dev/ ladders draw their benchmark
-// results with it (groups = problem shapes, one coloured bar per kernel, log-scale y axis, legend below).
-//   plot::BarChart c; c.title = ...; c.groups = {...}; c.series = {...}; c.values[series][group] = ...;
-//   plot::write_bar_chart_png("doc/attention_forward.png", c);   // a value <= 0 or NaN draws no bar
-// The font knows A–Z (lower case is drawn as upper case), 0–9 and a little punctuation; other characters
-// show as '?'.
+// The project's one plotting module: charts written as PNGs with no plotting library, just an RGB pixel buffer,
+// filled rectangles and lines, a hand-drawn 5x7 bitmap font, and stb_image_write to encode the pixels.
+//   Bar charts (dev/ ladders: groups = problem shapes, one coloured bar per kernel, log-scale y, legend below):
+//     plot::BarChart c; c.title = ...; c.groups = {...}; c.series = {...}; c.values[series][group] = ...;
+//     plot::write_bar_chart_png("doc/attention_forward.png", c);   // a value <= 0 or NaN draws no bar
+//   Line charts (loss curves, tools/plot_loss.cpp; anything of y against x):
+//     plot::LineChart c; c.title = ...; c.series.push_back({"flash val", xs, ys, plot::palette(1), 3, true});
+//     plot::write_line_chart_png("doc/results/loss.png", c);     // linear axes with round-number ticks
+// The font knows A-Z (lower case is drawn as upper case), 0-9 and some punctuation; other characters show as '?'.
+// PNGs are written atomically (llmc/fileio.h): never half-written under the real name.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 #include "llmc/error.h"
+#include "llmc/fileio.h"
 
 #define STB_IMAGE_WRITE_STATIC  // private copy in this translation unit: no clash with another user of stb
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -74,6 +78,15 @@ inline const Glyph kFont[] = {
     {'%', {"##...", "##..#", "...#.", "..#..", ".#...", "#..##", "...##"}},
     {'+', {".....", "..#..", "..#..", "#####", "..#..", "..#..", "....."}},
     {'=', {".....", ".....", "#####", ".....", "#####", ".....", "....."}},
+    {'[', {".###.", ".#...", ".#...", ".#...", ".#...", ".#...", ".###."}},
+    {']', {".###.", "...#.", "...#.", "...#.", "...#.", "...#.", ".###."}},
+    {'<', {"...#.", "..#..", ".#...", "#....", ".#...", "..#..", "...#."}},
+    {'>', {".#...", "..#..", "...#.", "....#", "...#.", "..#..", ".#..."}},
+    {'\'', {"..#..", "..#..", ".#...", ".....", ".....", ".....", "....."}},
+    {'*', {".....", "#.#.#", ".###.", "#####", ".###.", "#.#.#", "....."}},
+    {'#', {".#.#.", ".#.#.", "#####", ".#.#.", "#####", ".#.#.", ".#.#."}},
+    {'|', {"..#..", "..#..", "..#..", "..#..", "..#..", "..#..", "..#.."}},
+    {'!', {"..#..", "..#..", "..#..", "..#..", "..#..", ".....", "..#.."}},
     {'?', {".###.", "#...#", "....#", "...#.", "..#..", ".....", "..#.."}},
 };
 
@@ -117,10 +130,27 @@ class Canvas {
         }
     }
 
-    void write_png(const std::string& path) const {  // to "<path>.tmp", then renamed: never half-written
-        const std::string tmp = path + ".tmp";
-        if (!stbi_write_png(tmp.c_str(), w_, h_, 3, px_.data(), w_ * 3)) fail("%s: cannot write the PNG", tmp.c_str());
-        if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("%s: cannot rename to %s", tmp.c_str(), path.c_str());
+    // A line of the given width from (x0, y0) to (x1, y1): a square brush stepped along it, one pixel at a time.
+    void line(double x0, double y0, double x1, double y1, int width, Rgb c) {
+        const int n = std::max(1, (int)std::ceil(std::max(std::fabs(x1 - x0), std::fabs(y1 - y0))));
+        const int lo = width / 2, hi = width - width / 2;
+        for (int i = 0; i <= n; i++) {
+            const int x = (int)std::lround(x0 + (x1 - x0) * i / n), y = (int)std::lround(y0 + (y1 - y0) * i / n);
+            fill(x - lo, y - lo, x + hi, y + hi, c);
+        }
+    }
+
+    void write_png(const std::string& path) const {
+        int len = 0;
+        unsigned char* png = stbi_write_png_to_mem(px_.data(), w_ * 3, w_, h_, 3, &len);
+        if (!png) fail("%s: cannot encode the PNG", path.c_str());
+        try {
+            write_file_atomic(path, {{png, (size_t)len}});
+        } catch (...) {
+            free(png);
+            throw;
+        }
+        free(png);
     }
 
   private:
@@ -128,7 +158,35 @@ class Canvas {
     std::vector<uint8_t> px_;
 };
 
-// ---- the chart ----
+// ---- colours and the legend, shared by the charts ----
+
+// Distinguishable colours by index, repeating after 12; the first seven follow Wong's colour-blind-safe palette
+// (B. Wong, "Color blindness", Nature Methods 8, 441, 2011), its yellow darkened to show on white.
+inline Rgb palette(size_t i) {
+    static const Rgb colors[] = {{213, 94, 0},   {0, 114, 178},  {0, 158, 115},  {230, 159, 0},
+                                 {204, 121, 167}, {86, 180, 233}, {240, 200, 40}, {120, 200, 120},
+                                 {150, 80, 160},  {90, 60, 140},  {170, 110, 60}, {60, 160, 160}};
+    return colors[i % (sizeof(colors) / sizeof(colors[0]))];
+}
+
+// c mixed with white: t = 0 gives c, t = 1 white (a lighter shade of the same colour).
+inline Rgb lighter(Rgb c, double t) {
+    auto mix = [&](uint8_t v) { return (uint8_t)std::lround(v + (255 - v) * t); };
+    return {mix(c.r), mix(c.g), mix(c.b)};
+}
+
+// Legend rows from y down: a colour box and a name per entry, cols entries per row across [left, right).
+inline void draw_legend(Canvas& cv, const std::vector<std::string>& names, const std::vector<Rgb>& colors, int left,
+                        int right, int y, int cols) {
+    const Rgb ink{20, 20, 20};
+    for (size_t s = 0; s < names.size(); s++) {
+        const int x = left + (int)(s % cols) * (right - left) / cols, row_y = y + (int)(s / cols) * 30;
+        cv.fill(x, row_y, x + 22, row_y + 16, colors[s]);
+        cv.text(x + 30, row_y + 1, names[s], 2, ink);
+    }
+}
+
+// ---- the bar chart ----
 struct BarChart {
     std::string title, subtitle, footnote;
     std::vector<std::string> groups;           // along x: one cluster of bars per group
@@ -136,13 +194,10 @@ struct BarChart {
     std::vector<std::vector<double>> values;   // [series][group]; <= 0 or NaN: no bar (failed / not run)
 };
 
-inline Rgb series_color(size_t i, size_t n_series, size_t n_anchor_free) {
-    static const Rgb palette[] = {{213, 94, 0},   {230, 159, 0},  {240, 200, 40}, {86, 180, 233},
-                                  {0, 114, 178},  {0, 158, 115},  {120, 200, 120}, {204, 121, 167},
-                                  {150, 80, 160}, {90, 60, 140},  {170, 110, 60}, {60, 160, 160}};
+inline Rgb series_color(size_t i, size_t n_anchor_free) {
+    static const size_t order[] = {0, 3, 6, 5, 1, 2, 7, 4, 8, 9, 10, 11};  // the ladder's warm-to-cool sequence
     if (i >= n_anchor_free) return (i - n_anchor_free) % 2 ? Rgb{40, 40, 40} : Rgb{140, 140, 140};
-    (void)n_series;
-    return palette[i % (sizeof(palette) / sizeof(palette[0]))];
+    return palette(order[i % 12]);
 }
 
 // Series named like an anchor ("PyTorch FA2", "cuDNN") are drawn in greys after the coloured ones.
@@ -193,7 +248,7 @@ inline void write_bar_chart_png(const std::string& path, const BarChart& c) {
                 continue;
             }
             const int y = std::min(y_of(v), y1 - 1);
-            cv.fill(x0, y, x1, y1, series_color(s, S, n_colored));
+            cv.fill(x0, y, x1, y1, series_color(s, n_colored));
             char b[32];
             snprintf(b, sizeof b, v < 10 ? "%.1f" : "%.0f", v);
             cv.text((x0 + x1) / 2 - Canvas::text_width(b, 1) / 2, y - 10, b, 1, ink);
@@ -201,12 +256,118 @@ inline void write_bar_chart_png(const std::string& path, const BarChart& c) {
         const int label_w = Canvas::text_width(c.groups[g], 2);
         cv.text(left + (int)(g * group_w + group_w / 2) - label_w / 2, y1 + 14, c.groups[g], 2, ink);
     }
-    for (size_t s = 0; s < S; s++) {  // legend: colour box + name, legend_cols per row
-        const int x = left + (int)(s % legend_cols) * (right - left) / legend_cols;
-        const int y = y1 + bottom_axis + (int)(s / legend_cols) * 30;
-        cv.fill(x, y, x + 22, y + 16, series_color(s, S, n_colored));
-        cv.text(x + 30, y + 1, c.series[s], 2, ink);
+    std::vector<Rgb> colors;
+    for (size_t s = 0; s < S; s++) colors.push_back(series_color(s, n_colored));
+    draw_legend(cv, c.series, colors, left, right, y1 + bottom_axis, legend_cols);
+    cv.write_png(path);
+}
+
+// ---- the line chart ----
+struct Series {
+    std::string name;          // in the legend
+    std::vector<double> x, y;  // the points, in drawing order; non-finite ones are skipped
+    Rgb color;
+    int width = 2;             // line width in pixels
+    bool dots = false;         // mark every point (for sparse series, e.g. a validation loss every N steps)
+};
+
+struct LineChart {
+    std::string title, subtitle, x_label, y_label;
+    std::vector<Series> series;
+};
+
+// Round-number ticks covering [lo, hi]: a step of 1, 2 or 5 times a power of ten giving at most max_ticks
+// intervals; the axis then runs from the tick at or below lo to the one at or above hi.
+struct Ticks {
+    double first, step;
+    int count;  // ticks at first + i * step, i = 0 .. count - 1
+    double last() const { return first + (count - 1) * step; }
+};
+inline Ticks nice_ticks(double lo, double hi, int max_ticks) {
+    if (!(hi > lo)) lo -= 0.5, hi += 0.5;  // one value: a unit-wide axis around it
+    const double raw = (hi - lo) / max_ticks, mag = std::pow(10.0, std::floor(std::log10(raw)));
+    double step = 10 * mag;
+    for (double m : {1.0, 2.0, 5.0})
+        if (m * mag >= raw) {
+            step = m * mag;
+            break;
+        }
+    const double first = std::floor(lo / step + 1e-9) * step, last = std::ceil(hi / step - 1e-9) * step;
+    return {first, step, (int)std::lround((last - first) / step) + 1};
+}
+
+// A tick's label with as many decimals as its step needs (0.5 -> "0.5", 2000 -> "2000").
+inline std::string tick_label(double v, double step) {
+    char b[32];
+    const int decimals = std::max(0, -(int)std::floor(std::log10(step) + 1e-9));
+    snprintf(b, sizeof b, "%.*f", decimals, std::fabs(v) < step * 1e-6 ? 0.0 : v);
+    return b;
+}
+
+// The plot area of a line chart (pixels: x right, y down), shared with the tests.
+struct Frame {
+    int left, top, right, bottom;
+};
+inline Frame line_chart_frame() { return {110, 120, 1160, 640}; }
+
+inline void write_line_chart_png(const std::string& path, const LineChart& c) {
+    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+    for (const Series& s : c.series) {
+        if (s.x.size() != s.y.size()) fail("%s: series '%s' has %zu x and %zu y values", path.c_str(), s.name.c_str(), s.x.size(), s.y.size());
+        for (size_t i = 0; i < s.x.size(); i++)
+            if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]))
+                xlo = std::min(xlo, s.x[i]), xhi = std::max(xhi, s.x[i]), ylo = std::min(ylo, s.y[i]), yhi = std::max(yhi, s.y[i]);
     }
+    if (!std::isfinite(xlo)) fail("%s: line chart has no finite point to draw", path.c_str());
+    if (!(xhi > xlo)) xlo -= 0.5, xhi += 0.5;
+    const Ticks yt = nice_ticks(ylo, yhi, 8), xt = nice_ticks(xlo, xhi, 10);
+
+    const Frame f = line_chart_frame();
+    const int legend_cols = 2, legend_rows = (int)((c.series.size() + legend_cols - 1) / legend_cols);
+    const int W = f.right + 40, H = f.bottom + 90 + 30 * legend_rows + 20;
+    const Rgb white{255, 255, 255}, ink{20, 20, 20}, grid{225, 225, 225}, soft{110, 110, 110};
+    Canvas cv(W, H, white);
+    cv.text(f.left, 18, c.title, 3, ink);
+    cv.text(f.left, 54, c.subtitle, 2, soft);
+
+    // data -> pixels: x over [xlo, xhi] (the data's own span), y over the ticks' span
+    auto px = [&](double x) { return f.left + (x - xlo) / (xhi - xlo) * (f.right - f.left); };
+    auto py = [&](double y) { return f.bottom - (y - yt.first) / (yt.last() - yt.first) * (f.bottom - f.top); };
+    for (int i = 0; i < yt.count; i++) {
+        const double v = yt.first + i * yt.step;
+        const int y = (int)std::lround(py(v));
+        cv.fill(f.left, y, f.right, y + 1, grid);
+        const std::string b = tick_label(v, yt.step);
+        cv.text(f.left - 12 - Canvas::text_width(b, 2), y - 7, b, 2, ink);
+    }
+    for (int i = 0; i < xt.count; i++) {
+        const double v = xt.first + i * xt.step;
+        if (v < xlo - 1e-9 * xt.step || v > xhi + 1e-9 * xt.step) continue;  // ticks outside the data's span
+        const int x = (int)std::lround(px(v));
+        cv.fill(x, f.top, x + 1, f.bottom, grid);
+        const std::string b = tick_label(v, xt.step);
+        cv.text(x - Canvas::text_width(b, 2) / 2, f.bottom + 12, b, 2, ink);
+    }
+    cv.fill(f.left, f.top, f.left + 1, f.bottom + 1, ink);     // y axis
+    cv.fill(f.left, f.bottom, f.right, f.bottom + 1, ink);     // x axis
+    cv.text(f.left - 12 - Canvas::text_width(c.y_label, 2), f.top - 34, c.y_label, 2, ink);
+    cv.text((f.left + f.right) / 2 - Canvas::text_width(c.x_label, 2) / 2, f.bottom + 40, c.x_label, 2, ink);
+
+    for (const Series& s : c.series) {
+        bool have_last = false;
+        double lx = 0, ly = 0;
+        for (size_t i = 0; i < s.x.size(); i++) {
+            if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+            const double x = px(s.x[i]), y = py(s.y[i]);
+            if (have_last) cv.line(lx, ly, x, y, s.width, s.color);
+            if (s.dots) cv.fill((int)x - 3, (int)y - 3, (int)x + 4, (int)y + 4, s.color);
+            lx = x, ly = y, have_last = true;
+        }
+    }
+    std::vector<std::string> names;
+    std::vector<Rgb> colors;
+    for (const Series& s : c.series) names.push_back(s.name), colors.push_back(s.color);
+    draw_legend(cv, names, colors, f.left, f.right, f.bottom + 80, legend_cols);
     cv.write_png(path);
 }
 

@@ -1,19 +1,14 @@
 // sample: text from a checkpoint on the CPU, no training (the Eigen model, llmc/ref/gpt2.h); `make sample` runs it.
 //
 //   build/sample --model CKPT [--prompt TEXT] [-g N] [--top-k K] [--temperature X] [--seed S]
-//   build/sample --model CKPT --loss TOKENS [-b B] [-t T]
 //
-// Sampling: the prompt (GPT-2 BPE; the text <|endoftext|> in it is the special token) is printed, then N tokens
+// The prompt (GPT-2 BPE; the text <|endoftext|> in it is the special token) is printed, then N tokens
 // drawn one at a time, each from the model's next-token logits by llmc/sampler.h's sample_top_k with one
 // Rng(--seed). An empty prompt starts from <|endoftext|> alone, i.e. a new document. Each step reruns the model on
 // the whole context (no KV cache: the CPU model is small); once the context is longer than the model's
 // max_seq_len, the model sees its last max_seq_len tokens. A GPU sampler with the same flags, the same Rng and the
 // same draw per token gives the same text wherever its logits round the same way.
 // The text goes to stdout; what model was loaded goes to stderr, so `build/sample ... > out.txt` keeps only text.
-//
-// --loss: the mean cross-entropy of the first (B, T) batch of an llm.c token file (inputs = its first B*T tokens,
-// targets the same shifted by one, as DataLoader cuts it), printed as "loss 5.123456". scripts/torch/hf_check.py
-// compares this with transformers' loss on the exported model (make export-hf).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -22,7 +17,6 @@
 #include "llmc/args.h"
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
 #include "llmc/error.h"
 #include "llmc/ref/ref.h"
 #include "llmc/sampler.h"
@@ -33,7 +27,6 @@ using namespace flashgpt2;
 namespace {
 
 const char* USAGE = R"(usage: sample --model CKPT [--prompt TEXT] [-g N] [--top-k K] [--temperature X] [--seed S]
-       sample --model CKPT --loss TOKENS [-b B] [-t T]
   --model CKPT      llm.c checkpoint (fp32 or bf16), e.g. checkpoints/cpu_model.bin or log/model_00000250.bin
   --prompt TEXT     text to continue ('' : start a new document after <|endoftext|>)   ['']
   -g N              tokens to generate                                   [64]
@@ -42,27 +35,14 @@ const char* USAGE = R"(usage: sample --model CKPT [--prompt TEXT] [-g N] [--top-
   --seed S          the sampling generator's seed                        [42]
   --tokenizer FILE  llm.c's tokenizer file, to print tokens   [data/gpt2_tokenizer.bin]
   --bpe DIR         folder with gpt2/encoder.json and gpt2/vocab.bpe, to encode the prompt [as data/get_sources.sh finds it]
-  --loss TOKENS     instead of sampling: print the mean loss on the first (B, T) batch of this llm.c token file
-  -b B, -t T        that batch's shape                                   [4, 64]
 )";
 
 struct Options {
-    std::string model, prompt, tokenizer = "data/gpt2_tokenizer.bin", bpe_dir, loss_file;
-    int gen_tokens = 64, top_k = 40, B = 4, T = 64;
+    std::string model, prompt, tokenizer = "data/gpt2_tokenizer.bin", bpe_dir;
+    int gen_tokens = 64, top_k = 40;
     float temperature = 1.0f;
     unsigned long long seed = 42;
 };
-
-ref::GPT2<float> load_model(const std::string& path) {
-    if (path.empty()) fail("--model: a checkpoint is required (see --help)");
-    std::vector<float> params;
-    const GPT2Config cfg = load_checkpoint(path, params);
-    ref::GPT2<float> model(cfg);
-    model.params = std::move(params);
-    fprintf(stderr, "model: %s (L=%d NH=%d C=%d maxT=%d V=%d, %.2fM parameters)\n", path.c_str(), cfg.num_layers,
-            cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, num_parameters(cfg) / 1e6);
-    return model;
-}
 
 // The context generation starts from: the prompt's tokens, or <|endoftext|> alone for an empty prompt.
 std::vector<int> prompt_tokens(const Options& o, const GPT2Config& cfg) {
@@ -77,7 +57,8 @@ std::vector<int> prompt_tokens(const Options& o, const GPT2Config& cfg) {
 }
 
 int sample(const Options& o) {
-    ref::GPT2<float> model = load_model(o.model);
+    if (o.model.empty()) fail("--model: a checkpoint is required (see --help)");
+    ref::GPT2<float> model = ref::GPT2<float>::from_checkpoint(o.model);
     const GPT2Config& cfg = model.config;
     const Tokenizer tok = Tokenizer::load(o.tokenizer);
     std::vector<int> ids = prompt_tokens(o, cfg);
@@ -101,17 +82,6 @@ int sample(const Options& o) {
     return 0;
 }
 
-int loss(const Options& o) {
-    ref::GPT2<float> model = load_model(o.model);
-    if (o.T > model.config.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", o.T, model.config.max_seq_len);
-    DataLoader data(o.loss_file, o.B, o.T, /*shuffle=*/false, 0, model.config.vocab_size);
-    data.next_batch();
-    const float l = model.forward(data.inputs.data(), data.targets.data(), o.B, o.T);
-    printf("loss %.6f\n", l);
-    fprintf(stderr, "(the first B=%d x T=%d batch of %s)\n", o.B, o.T, o.loss_file.c_str());
-    return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,14 +96,11 @@ int main(int argc, char** argv) {
         f.value("--seed", [&](const std::string& v) { o.seed = (unsigned long long)args::parse_int("--seed", v, 0, INT64_MAX); });
         f.value("--tokenizer", [&](const std::string& v) { o.tokenizer = v; });
         f.value("--bpe", [&](const std::string& v) { o.bpe_dir = v; });
-        f.value("--loss", [&](const std::string& v) { o.loss_file = v; });
-        f.value("-b", [&](const std::string& v) { o.B = (int)args::parse_int("-b", v, 1, 1 << 16); });
-        f.value("-t", [&](const std::string& v) { o.T = (int)args::parse_int("-t", v, 1, 1 << 20); });
         if (!f.parse(argc, argv)) {
             fputs(USAGE, stdout);
             return 0;
         }
         if (!f.positional.empty()) fail("%s: unexpected word (flags only; see --help)", f.positional[0].c_str());
-        return o.loss_file.empty() ? sample(o) : loss(o);
+        return sample(o);
     });
 }
