@@ -1,5 +1,5 @@
-// Helpers shared by the tokenizer, data and dataloader tests: temp files, the source directory, the
-// GPT-2 BPE (loaded once), and catching an Error to look at its message.
+// Helpers shared by the tokenizer, data, dataloader and tool tests: temp files, the source directory, the
+// GPT-2 BPE (loaded once), catching an Error to look at its message, and running a program.
 // Tests run from the repository root (`make test` runs ./build/test_cpu there).
 #pragma once
 #include <doctest/doctest.h>
@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <sys/wait.h>
 
 #include "llmc/bpe.h"
 #include "llmc/error.h"
+#include "llmc/fileio.h"
 
 namespace flashgpt2::testing {
 
@@ -50,6 +52,25 @@ std::string error_of(F&& f) {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct CommandResult {
+    int rc;                // the exit status (-1: killed by a signal)
+    std::string out, err;  // what it wrote on stdout and stderr
+};
+
+// Runs cmd with the shell (stdin redirections in cmd work), from the repository root, capturing its output.
+inline CommandResult run_command(const std::string& cmd) {
+    TempDir d;
+    const int status = system((cmd + " >'" + (d / "out") + "' 2>'" + (d / "err") + "'").c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(d / "out"), read_file(d / "err")};
+}
+
+// The path of a program `make tools` builds; the test stops (and fails) when it is not there.
+inline std::string tool(const std::string& name) {
+    const std::string path = "./build/" + name;
+    REQUIRE_MESSAGE(std::filesystem::exists(path), "build the tools first: make tools (make test does)");
+    return path;
+}
 
 // The directory `make data` takes its sources from (llmc/bpe.h asks data/get_sources.sh, the one place that decides).
 inline const std::string& source_dir() {
