@@ -74,18 +74,19 @@ endif
 
 # Your own text: `make data TEXT=path [NAME=name] [VAL=0.1]` (a UTF-8 file or a folder of them) writes data/$(NAME)/
 # with $(NAME)_val.bin and $(NAME)_train.bin (numbered shards when large) and data/gpt2_tokenizer.bin
-# (data/prepro_text.cpp). NAME defaults to TEXT's name without its extension. TEXT and NAME reach the tool through
-# the environment, so quotes and spaces in them need no escaping.
+# (data/prepro_text.cpp). NAME defaults to TEXT's file or folder name without its extension. TEXT and NAME reach the
+# tool through the environment, so quotes and spaces in them need no escaping.
 build/prepro_text: build/data/prepro_text.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
 
 ifdef TEXT
-export TEXT
-export NAME ?= $(basename $(notdir $(patsubst %/,%,$(TEXT))))
+export TEXT NAME
 VAL ?= 0.1
 # data: tokenize TinyShakespeare into data/tinyshakespeare/*.bin and write data/gpt2_tokenizer.bin (skipped when up to date); TEXT=path tokenizes your own text into data/NAME/
 data: build/prepro_text $(if $(DATA_CARRIED),,$(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe)
-	./build/prepro_text --val $(VAL) --bpe $(DATA_SRC) --tokenizer-out data/gpt2_tokenizer.bin "$$TEXT" "data/$$NAME"
+	@name=$${NAME:-$$(basename "$${TEXT%/}" | sed 's/\.[^.]*$$//; s/[^A-Za-z0-9._-]/_/g')}; \
+	echo "./build/prepro_text --val $(VAL) --bpe $(DATA_SRC) --tokenizer-out data/gpt2_tokenizer.bin \"$$TEXT\" \"data/$$name\""; \
+	./build/prepro_text --val $(VAL) --bpe $(DATA_SRC) --tokenizer-out data/gpt2_tokenizer.bin "$$TEXT" "data/$$name"
 else
 data: $(DATA_FILES)
 endif
@@ -122,7 +123,7 @@ DATA_NEEDS := $(if $(DATA_CARRIED),,pcre2) $(if $(filter-out $(wildcard $(DATA_S
 # test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, tools, bad input
 test:
 	@$(DEPS) cxx make eigen doctest stb pcre2 $(DATA_NEEDS)
-	@$(MAKE) --no-print-directory build/test_cpu data tools
+	@$(MAKE) --no-print-directory build/test_cpu data tools build/train_gpt2
 	./build/test_cpu
 
 # plots: PNG loss curves (train and val) from training logs, overlaid and labelled (build/plot_loss): make plots LOGS="a/main.log b/main.log" [LABELS="naive,flash"] [OUT=doc/results/loss.png]

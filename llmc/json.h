@@ -57,7 +57,7 @@ struct Value {
 
 class Reader {
 public:
-    static constexpr int MAX_DEPTH = 64;
+    static constexpr int MAX_DEPTH = 64;  // arrays and objects inside each other
 
     Reader(const std::string& text, const std::string& where) : s_(text), where_(where) {}
 
@@ -125,7 +125,7 @@ public:
 
     // Any value, whitespace around it skipped.
     Value value(int depth = 0) {
-        if (depth > MAX_DEPTH) error("nested too deeply");
+        if (depth >= MAX_DEPTH) error("nested too deeply");
         skip_ws();
         Value v;
         const char c = peek();

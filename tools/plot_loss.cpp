@@ -2,11 +2,9 @@
 //
 //   build/plot_loss [--labels naive,flash] [--title TEXT] -o doc/results/loss.png a/main.log b/main.log ...
 //
-// Reads the step lines both trainers write (llmc/logger.h: "step 12 train 6.83 val 6.91 lr ..."; other lines,
-// such as '#' comments, are not data and are passed over) and overlays every log's curves: its train loss as a
-// thin light line, its validation loss as a thicker line of the same colour with a dot per evaluation. A resumed
-// run appends to its log and repeats the steps after its checkpoint; a step at or before one already read
-// replaces the points from there on, so the curve shows the run as it finally went.
+// Reads the step lines both trainers write (llmc/logger.h's read_log: "step 12 train 6.83 val 6.91 lr ...", a
+// resumed run's repeated steps replaced) and overlays every log's curves: its train loss as a thin light line, its
+// validation loss as a thicker line of the same colour with a dot per evaluation.
 // Labels default to each log's folder name (log/naive/main.log -> "naive"), or its path when folders repeat.
 #include <cstdio>
 #include <filesystem>
@@ -17,7 +15,7 @@
 
 #include "llmc/args.h"
 #include "llmc/error.h"
-#include "llmc/fileio.h"
+#include "llmc/logger.h"
 #include "llmc/plot.h"
 
 using namespace flashgpt2;
@@ -30,38 +28,6 @@ const char* USAGE = R"(usage: plot_loss [--labels A,B,...] [--title TEXT] -o OUT
   --labels L    comma-separated names for the logs, in order   [each log's folder name]
   --title TEXT  the chart's title                              [Loss]
 )";
-
-struct Curve {
-    std::vector<double> train_step, train, val_step, val;
-};
-
-// Appends (step, v), first dropping the points a resumed run repeats (those at step or later).
-void add_point(std::vector<double>& steps, std::vector<double>& values, double step, double v) {
-    while (!steps.empty() && steps.back() >= step) steps.pop_back(), values.pop_back();
-    steps.push_back(step), values.push_back(v);
-}
-
-Curve read_log(const std::string& path) {
-    std::istringstream lines(read_file(path));
-    Curve c;
-    std::string line;
-    for (int n = 1; std::getline(lines, line); n++) {
-        std::istringstream words(line);
-        std::string w, step_text;
-        if (!(words >> w) || w != "step") continue;
-        const std::string where = path + ":" + std::to_string(n);
-        if (!(words >> step_text)) fail("%s: a step line without its step number", where.c_str());
-        const double step = (double)args::parse_int(where + " step", step_text, 0, 1LL << 40);
-        for (std::string key, value; words >> key;) {
-            if (!(words >> value)) fail("%s: '%s' without its value", where.c_str(), key.c_str());
-            if (key == "train") add_point(c.train_step, c.train, step, args::parse_float(where + " train", value, -1e30, 1e30));
-            if (key == "val") add_point(c.val_step, c.val, step, args::parse_float(where + " val", value, -1e30, 1e30));
-        }
-    }
-    if (c.train.empty() && c.val.empty())
-        fail("%s: no step lines with a train or val loss: not a training log (llmc/logger.h's format)", path.c_str());
-    return c;
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
     std::vector<std::string> out;
@@ -103,7 +69,7 @@ int main(int argc, char** argv) {
         chart.x_label = "step";
         chart.y_label = "loss";
         for (size_t i = 0; i < logs.size(); i++) {
-            const Curve c = read_log(logs[i]);
+            const LogCurves c = read_log(logs[i]);
             const plot::Rgb color = plot::palette(i);
             if (!c.train.empty()) chart.series.push_back({labels[i] + " train", c.train_step, c.train, plot::lighter(color, 0.45), 2, false});
             if (!c.val.empty()) chart.series.push_back({labels[i] + " val", c.val_step, c.val, color, 3, true});

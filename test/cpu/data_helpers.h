@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 
 #include "llmc/bpe.h"
@@ -81,6 +83,44 @@ inline const std::string& source_dir() {
 inline const BPE& gpt2_bpe() {
     static const BPE bpe = load_gpt2_bpe(source_dir());
     return bpe;
+}
+
+// One reference encoding of test/cpu/vectors/gpt2_encode.tsv (ids from js-tiktoken's "gpt2", see its header).
+struct Vector {
+    std::string text;
+    bool allow_special;
+    std::vector<int> ids;
+    std::string label;  // the JSON column, for messages
+};
+
+inline std::string unhex(const std::string& h) {
+    std::string out;
+    for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+    return out;
+}
+
+inline std::vector<Vector> load_vectors() {
+    const std::string text = read_file("test/cpu/vectors/gpt2_encode.tsv");
+    std::vector<Vector> out;
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::vector<std::string> cols;
+        size_t pos = 0;
+        for (;;) {
+            const size_t tab = line.find('\t', pos);
+            cols.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+            if (tab == std::string::npos) break;
+            pos = tab + 1;
+        }
+        REQUIRE(cols.size() == 4);
+        Vector v{unhex(cols[0]), cols[1] == "1", {}, cols[3]};
+        std::istringstream ids(cols[2]);
+        for (int id; ids >> id;) v.ids.push_back(id);
+        out.push_back(v);
+    }
+    return out;
 }
 
 }  // namespace flashgpt2::testing
