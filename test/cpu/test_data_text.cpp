@@ -208,6 +208,22 @@ TEST_CASE("data text: a run that fails keeps the previous dataset; one that succ
     CHECK(!fs::exists(d / "out/t.tmp"));
 }
 
+TEST_CASE("data text: write_token_dir writes the folder whole or not at all, even when a write fails midway") {
+    TempDir d;
+    const vector<uint16_t> a = {1, 2, 3}, b = {4, 5};
+    prepro::write_token_dir(d / "set", "set_", {{"set_val.bin", a.data(), a.size()}, {"set_train.bin", b.data(), b.size()}});
+    const string before = read_file(d / "set/set_train.bin");
+    // the second file cannot be written (its folder does not exist): the first must not appear, the old set stays
+    const string e = error_of([&] {
+        prepro::write_token_dir(d / "set", "set_", {{"set_val.bin", b.data(), b.size()}, {"no/such/set_x.bin", a.data(), a.size()}});
+    });
+    CHECK(contains(e, "cannot open for writing"));
+    CHECK(tokens_of(d / "set/set_val.bin") == vector<int>{1, 2, 3});
+    CHECK(read_file(d / "set/set_train.bin") == before);
+    CHECK(!fs::exists(d / "set.tmp"));
+    CHECK(!fs::exists(d / "set.old"));
+}
+
 TEST_CASE("data text: encoding in pieces, cut only at safe places, gives exactly the whole text's ids") {
     CHECK(prepro::is_safe_cut("ab\ncd", 3));
     CHECK(!prepro::is_safe_cut("ab \ncd", 4));   // whitespace before the '\n' would join it
