@@ -106,10 +106,11 @@ inline void check_replaceable(const std::string& dir, const std::string& prefix)
     if (!fs::exists(dir, ec)) return;
     if (!fs::is_directory(dir, ec)) fail("%s: exists and is not a folder: remove it or choose another name", dir.c_str());
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        const bool ours = e.is_regular_file() && n.rfind(prefix, 0) == 0 &&
-                          (n.size() >= 4 && (n.compare(n.size() - 4, 4, ".bin") == 0 ||
-                                             (n.size() >= 8 && n.compare(n.size() - 8, 8, ".bin.tmp") == 0)));
+        const fs::path& p = e.path();
+        const std::string n = p.filename().string();
+        const bool bin = p.extension() == ".bin" || (p.extension() == ".tmp" && p.stem().extension() == ".bin");
+        std::error_code file_ec;
+        const bool ours = e.is_regular_file(file_ec) && n.rfind(prefix, 0) == 0 && bin;
         if (!ours)
             fail("%s: exists and holds %s, which is not this dataset's (%s*.bin): remove it or choose another name",
                  dir.c_str(), n.c_str(), prefix.c_str());

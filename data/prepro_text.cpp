@@ -66,11 +66,12 @@ std::vector<std::string> input_files(const std::string& path) {
     if (ec) fail("%s: cannot read the folder: %s", path.c_str(), ec.message().c_str());
     for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) fail("%s: cannot read the folder: %s", path.c_str(), ec.message().c_str());
+        std::error_code e;
         if (it->path().filename().string()[0] == '.') {
-            if (it->is_directory()) it.disable_recursion_pending();
+            if (it->is_directory(e)) it.disable_recursion_pending();
             continue;
         }
-        if (it->is_regular_file()) files.push_back(it->path().string());
+        if (it->is_regular_file(e)) files.push_back(it->path().string());
     }
     if (files.empty()) fail("%s: the folder holds no files", path.c_str());
     std::sort(files.begin(), files.end());

@@ -195,7 +195,7 @@ inline std::string export_hf(const std::string& ckpt, const std::string& out_dir
 
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
-    if (!std::filesystem::is_directory(out_dir)) fail("%s: cannot create the folder: %s", out_dir.c_str(), ec.message().c_str());
+    if (!std::filesystem::is_directory(out_dir, ec)) fail("%s: cannot create the folder: %s", out_dir.c_str(), ec.message().c_str());
     safetensors::write_file(out_dir + "/model.safetensors", out,
                             {{"format", "pt"}, {"padded_vocab_size", std::to_string(c.padded_vocab_size)}});
     write_file_atomic(out_dir + "/config.json", config_json(c, bf16));

@@ -221,7 +221,10 @@ private:
         if (peek() == '-') i_++;
         if (peek() == '0') i_++;
         else digits();
-        if (peek() == '.') i_++, digits();
+        if (peek() == '.') {
+            i_++;
+            digits();
+        }
         if (peek() == 'e' || peek() == 'E') {
             i_++;
             if (peek() == '+' || peek() == '-') i_++;

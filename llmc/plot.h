@@ -2,7 +2,7 @@
 // filled rectangles and lines, a hand-drawn 5x7 bitmap font, and stb_image_write to encode the pixels.
 //   Bar charts (dev/ ladders: groups = problem shapes, one coloured bar per kernel, log-scale y, legend below):
 //     plot::BarChart c; c.title = ...; c.groups = {...}; c.series = {...}; c.values[series][group] = ...;
-//     plot::write_bar_chart_png("doc/attention_forward.png", c);   // a value <= 0 or NaN draws no bar
+//     plot::write_bar_chart_png("doc/results/attention_forward.png", c);  // a value <= 0 or NaN: no bar
 //   Line charts (loss curves, tools/plot_loss.cpp; anything of y against x):
 //     plot::LineChart c; c.title = ...; c.series.push_back({"flash val", xs, ys, plot::palette(1), 3, true});
 //     plot::write_line_chart_png("doc/results/loss.png", c);     // linear axes with round-number ticks

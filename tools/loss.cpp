@@ -12,6 +12,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/error.h"
 #include "llmc/ref/ref.h"
+#include "tools/model_file.h"
 
 using namespace flashgpt2;
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (model_path.empty() || tokens.empty() || !f.positional.empty()) fail("give --model and --tokens (see --help)");
-        ref::GPT2<float> model = ref::GPT2<float>::from_checkpoint(model_path);
+        ref::GPT2<float> model = load_ref_model(model_path);
         if (T > model.config.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", T, model.config.max_seq_len);
         DataLoader data(tokens, B, T, /*shuffle=*/false, 0, model.config.vocab_size);
         data.next_batch();

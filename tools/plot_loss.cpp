@@ -2,7 +2,7 @@
 //
 //   build/plot_loss [--labels naive,flash] [--title TEXT] -o doc/results/loss.png a/main.log b/main.log ...
 //
-// Reads the step lines both trainers write (llmc/logger.h's read_log: "step 12 train 6.83 val 6.91 lr ...", a
+// Reads the step lines both trainers write (llmc/log_reader.h's read_log: "step 12 train 6.83 val 6.91 lr ...", a
 // resumed run's repeated steps replaced) and overlays every log's curves: its train loss as a thin light line, its
 // validation loss as a thicker line of the same colour with a dot per evaluation.
 // Labels default to each log's folder name (log/naive/main.log -> "naive"), or its path when folders repeat.
@@ -15,7 +15,7 @@
 
 #include "llmc/args.h"
 #include "llmc/error.h"
-#include "llmc/logger.h"
+#include "llmc/log_reader.h"
 #include "llmc/plot.h"
 
 using namespace flashgpt2;

@@ -16,9 +16,9 @@
 
 #include "llmc/args.h"
 #include "llmc/bpe.h"
-#include "llmc/checkpoint.h"
 #include "llmc/error.h"
 #include "llmc/ref/ref.h"
+#include "tools/model_file.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 
@@ -58,7 +58,7 @@ std::vector<int> prompt_tokens(const Options& o, const GPT2Config& cfg) {
 
 int sample(const Options& o) {
     if (o.model.empty()) fail("--model: a checkpoint is required (see --help)");
-    ref::GPT2<float> model = ref::GPT2<float>::from_checkpoint(o.model);
+    ref::GPT2<float> model = load_ref_model(o.model);
     const GPT2Config& cfg = model.config;
     const Tokenizer tok = Tokenizer::load(o.tokenizer);
     std::vector<int> ids = prompt_tokens(o, cfg);

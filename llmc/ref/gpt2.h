@@ -11,11 +11,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <string>
 #include <vector>
 
-#include "../checkpoint.h"  // validate_config, load_checkpoint
+#include "../checkpoint.h"  // validate_config
 #include "../config.h"
 #include "../error.h"
 #include "../sampler.h"
@@ -99,17 +97,6 @@ struct GPT2 {
         validate_config(c, "ref::GPT2");
         params.assign(num_parameters(c), S(0));
         grads.assign(params.size(), S(0));
-    }
-
-    // The model of an llm.c checkpoint (fp32, or bf16 widened), saying on stderr what was loaded.
-    static GPT2 from_checkpoint(const std::string& path) {
-        std::vector<float> p;
-        const GPT2Config c = load_checkpoint(path, p);
-        GPT2 m(c);
-        m.params.assign(p.begin(), p.end());
-        fprintf(stderr, "model: %s (L=%d NH=%d C=%d maxT=%d V=%d, %.2fM parameters)\n", path.c_str(), c.num_layers,
-                c.num_heads, c.channels, c.max_seq_len, c.vocab_size, num_parameters(c) / 1e6);
-        return m;
     }
 
     std::array<S*, NUM_PARAMETER_TENSORS> param_ptrs() { return tensor_ptrs(params.data(), config); }

@@ -11,7 +11,7 @@
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
-#include "llmc/logger.h"
+#include "llmc/log_reader.h"
 #include "llmc/ref/ref.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
@@ -26,13 +26,15 @@ namespace {
 
 string q(const string& s) { return "'" + s + "'"; }
 
-// A tiny random GPT-2 with the real vocabulary (so the tokenizer's ids fit), max_seq_len 12.
-ref::GPT2<float> tiny_model(uint32_t seed) {
-    MESSAGE("model init seed ", seed);
+// A tiny random GPT-2 with the real vocabulary (so the tokenizer's ids fit), max_seq_len 12: every parameter
+// N(0, 0.5), so that the logits differ enough for top-k and greedy choices to depend on every layer.
+ref::GPT2<float> tiny_model(uint64_t seed) {
+    MESSAGE("model parameters seed ", seed);
     GPT2Config c;
     c.max_seq_len = 12, c.num_layers = 1, c.num_heads = 2, c.channels = 8;  // V 50257, Vp 50304
     ref::GPT2<float> m(c);
-    m.init_random(seed);
+    Rng rng(seed);
+    for (float& p : m.params) p = 0.5f * (float)rng.next_normal();
     return m;
 }
 
