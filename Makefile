@@ -72,13 +72,29 @@ $(DATA_FILES) &: build/prepro_tinyshakespeare $(DATA_SOURCES)
 	./build/prepro_tinyshakespeare $(DATA_SRC) $(DATA_DIR) data/gpt2_tokenizer.bin
 endif
 
-# data: tokenize TinyShakespeare into data/tinyshakespeare/*.bin and write data/gpt2_tokenizer.bin (skipped when up to date)
+# Your own text: `make data TEXT=path [NAME=name] [VAL=0.1]` (a UTF-8 file or a folder of them) writes data/$(NAME)/
+# with $(NAME)_val.bin and $(NAME)_train.bin (numbered shards when large) and data/gpt2_tokenizer.bin
+# (data/prepro_text.cpp). NAME defaults to TEXT's file or folder name without its extension. TEXT and NAME reach the
+# tool through the environment, so quotes and spaces in them need no escaping.
+build/prepro_text: build/data/prepro_text.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
+
+ifdef TEXT
+export TEXT NAME
+VAL ?= 0.1
+# data: tokenize TinyShakespeare into data/tinyshakespeare/*.bin and write data/gpt2_tokenizer.bin (skipped when up to date); TEXT=path tokenizes your own text into data/NAME/
+data: build/prepro_text $(if $(DATA_CARRIED),,$(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe)
+	@name=$${NAME:-$$(basename "$${TEXT%/}" | sed 's/\.[^.]*$$//; s/[^A-Za-z0-9._-]/_/g')}; \
+	echo "./build/prepro_text --val $(VAL) --bpe $(DATA_SRC) --tokenizer-out data/gpt2_tokenizer.bin \"$$TEXT\" \"data/$$name\""; \
+	./build/prepro_text --val $(VAL) --bpe $(DATA_SRC) --tokenizer-out data/gpt2_tokenizer.bin "$$TEXT" "data/$$name"
+else
 data: $(DATA_FILES)
+endif
 
 # ---------------------------------------------------------------------------------------------------------
 # CPU: the test suite and the CPU trainer, both on the Eigen reference model (llmc/ref).
 TEST_CPU_OBJ := $(patsubst %.cpp,build/%.o,$(wildcard test/cpu/*.cpp))
--include $(TEST_CPU_OBJ:.o=.d) build/train_gpt2.d build/data/prepro_tinyshakespeare.d
+-include $(TEST_CPU_OBJ:.o=.d) build/train_gpt2.d build/data/prepro_tinyshakespeare.d build/data/prepro_text.d
 
 build/test_cpu: $(TEST_CPU_OBJ)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lpcre2-8
@@ -86,9 +102,45 @@ build/test_cpu: $(TEST_CPU_OBJ)
 build/train_gpt2: build/train_gpt2.o
 	$(CXX) $(CXXFLAGS) $^ -o $@
 
-# test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, bad input
-test: build/test_cpu data
+# The command-line tools (tools/*.cpp, one program each): build/tokenizer, build/sample, build/loss,
+# build/plot_loss, build/export_hf, build/import_hf. doc/guide/after_the_first_run.md shows them at work.
+TOOLS := $(patsubst tools/%.cpp,build/%,$(wildcard tools/*.cpp))
+-include $(patsubst build/%,build/tools/%.d,$(TOOLS))
+
+$(TOOLS): build/%: build/tools/%.o
+	$(CXX) $(CXXFLAGS) $< -o $@ $(TOOL_LIBS)
+build/tokenizer build/sample: TOOL_LIBS := -lpcre2-8  # GPT-2's split regex (llmc/bpe.h)
+
+# tools: build the command-line tools (tokenizer, sample, loss, plot_loss, export_hf, import_hf)
+tools: $(TOOLS) build/prepro_text
+
+# Dependencies are checked before a build could fail deep in a header (scripts/deps.sh: installs what is missing
+# with apt-get when run as root on Debian/Ubuntu, else names the one command that does). The data needs PCRE2
+# only where it is made, and curl only where a source must be downloaded.
+DEPS       := CXX='$(CXX)' EIGEN_INC='$(EIGEN_INC)' DOCTEST_INC='$(DOCTEST_INC)' STB_INC='$(STB_INC)' NVCC='$(NVCC)' bash scripts/deps.sh
+DATA_NEEDS := $(if $(DATA_CARRIED),,pcre2) $(if $(filter-out $(wildcard $(DATA_SOURCES)),$(DATA_SOURCES)),curl)
+
+# test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, tools, bad input
+test:
+	@$(DEPS) cxx make eigen doctest stb pcre2 $(DATA_NEEDS)
+	@$(MAKE) --no-print-directory build/test_cpu data tools build/train_gpt2
 	./build/test_cpu
+
+# plots: PNG loss curves (train and val) from training logs, overlaid and labelled (build/plot_loss): make plots LOGS="a/main.log b/main.log" [LABELS="naive,flash"] [OUT=doc/results/loss.png]
+LOGS ?= $(wildcard log/main.log log/train_cpu.log)
+plots: build/plot_loss
+	@[ -n "$(strip $(LOGS))" ] || { echo "error: no logs to plot: train first (make train) or give LOGS=\"a/main.log b/main.log\"" >&2; exit 1; }
+	./build/plot_loss -o '$(or $(OUT),doc/results/loss.png)' $(if $(LABELS),--labels '$(LABELS)') $(LOGS)
+
+# export-hf: an llm.c checkpoint -> a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files) that transformers' GPT2LMHeadModel.from_pretrained loads: make export-hf CKPT=checkpoints/cpu_model.bin OUT=hf/my-gpt2
+export-hf: build/export_hf
+	@[ -n "$(OUT)" ] || { echo "error: give OUT=dir, the folder to write (e.g. make export-hf CKPT=$(CKPT) OUT=hf/my-gpt2)" >&2; exit 1; }
+	./build/export_hf $(if $(wildcard $(DATA_SRC)/gpt2/encoder.json),--bpe $(DATA_SRC)) '$(CKPT)' '$(OUT)'
+
+# import-hf: a local Hugging Face GPT-2 folder (config.json + model.safetensors) -> an llm.c checkpoint both trainers start from (-e): make import-hf HF=path/to/gpt2 OUT=gpt2_124M.bin
+import-hf: build/import_hf
+	@[ -n "$(HF)" ] && [ -n "$(OUT)" ] || { echo "error: give HF=dir (a GPT-2 folder) and OUT=file.bin" >&2; exit 1; }
+	./build/import_hf '$(HF)' '$(OUT)'
 
 # ---------------------------------------------------------------------------------------------------------
 # CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions. Every GPU target below runs
@@ -162,7 +214,7 @@ test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
 	./build/test_gpu_fp32
 	./build/test_gpu_bf16
 
-# dev-attention: build the attention ladder runner (./dev/attention/runner --list, ./dev/attention/runner fwd V [B H T D])
+# dev-attention: build the attention ladder runner (./dev/attention/runner --list needs no GPU; ./dev/attention/runner fwd V [B H T D] does)
 dev-attention: build/attention_runner
 
 # bench-attention: validate and time every attention rung on the anchor shapes beside PyTorch's FA2 and cuDNN (scripts/torch/sdpa_bench.py in the same run, when PyTorch is installed); writes doc/results/attention_forward.{csv,md,png}, the README table and each rung page's "Measured" block
@@ -177,17 +229,37 @@ bench-attention-bwd: build/attention_runner
 # The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
 # 20 warm-up steps, cosine to 10%, wd 0.1, clip 1.0, 250 steps, val every 10), log and final checkpoint in log/.
 # TRAIN_ARGS adds or overrides flags (e.g. TRAIN_ARGS="-b 8 --attention naive"); ./build/train_gpt2cu_bf16 --help lists them.
-TRAIN_GPU_ARGS ?= -i $(DATA_DIR)/tiny_shakespeare_train.bin -j $(DATA_DIR)/tiny_shakespeare_val.bin \
-                  --tokenizer data/gpt2_tokenizer.bin -e d12 -o log
+# DATA=data/<name> trains on a dataset that `make data TEXT=...` wrote (its <name>_val.bin and <name>_train*.bin),
+# with either trainer; without it, on TinyShakespeare.
+ifdef DATA
+DATA_NAME       := $(patsubst %_val.bin,%,$(notdir $(wildcard $(DATA)/*_val.bin)))
+TRAIN_DATA_ARGS := -i '$(DATA)/$(DATA_NAME)_train*.bin' -j '$(DATA)/$(DATA_NAME)_val.bin'
+TRAIN_DATA_GOAL := data/gpt2_tokenizer.bin
+TRAIN_DATA_CHECK = [ $(words $(DATA_NAME)) = 1 ] || { echo "error: DATA=$(DATA): no single <name>_val.bin there (make data TEXT=... writes a dataset folder)" >&2; exit 1; }
+else
+TRAIN_DATA_ARGS := -i $(DATA_DIR)/tiny_shakespeare_train.bin -j $(DATA_DIR)/tiny_shakespeare_val.bin
+TRAIN_DATA_GOAL := data
+TRAIN_DATA_CHECK = true
+endif
+TRAIN_GPU_ARGS ?= $(TRAIN_DATA_ARGS) --tokenizer data/gpt2_tokenizer.bin -e d12 -o log
 
-# train: train GPT-2 on TinyShakespeare: the CUDA trainer when a GPU is present (GPT-2 124M, recipe R1), else the tiny CPU model
-train: data
+# train: train GPT-2 on TinyShakespeare (or DATA=data/<name>): the CUDA trainer when a GPU is present (GPT-2 124M, recipe R1), else the tiny CPU model
+train:
+	@$(TRAIN_DATA_CHECK)
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory build/train_gpt2cu_$(prec) && ./build/train_gpt2cu_$(prec) $(TRAIN_GPU_ARGS) $(TRAIN_ARGS); \
+	  $(DEPS) cxx make nvcc cublas eigen $(DATA_NEEDS) && \
+	  $(MAKE) --no-print-directory $(TRAIN_DATA_GOAL) build/train_gpt2cu_$(prec) && ./build/train_gpt2cu_$(prec) $(TRAIN_GPU_ARGS) $(TRAIN_ARGS); \
 	else \
-	  echo "no CUDA GPU found: training the tiny CPU model instead (train_gpt2.cpp)"; \
-	  $(MAKE) --no-print-directory build/train_gpt2 && ./build/train_gpt2 $(TRAIN_ARGS); \
+	  $(DEPS) cxx make eigen $(DATA_NEEDS) && \
+	  echo "no CUDA GPU found: training the tiny CPU model instead (train_gpt2.cpp)" && \
+	  $(MAKE) --no-print-directory $(TRAIN_DATA_GOAL) build/train_gpt2 && ./build/train_gpt2 $(TRAIN_DATA_ARGS) $(TRAIN_ARGS); \
 	fi
+
+# sample: text from a checkpoint on the CPU, no training (build/sample): make sample CKPT=checkpoints/cpu_model.bin PROMPT="ROMEO:" [SAMPLE_ARGS="-g 100 --top-k 40 --temperature 0.8 --seed 1"]
+CKPT ?= checkpoints/cpu_model.bin
+export PROMPT
+sample: build/sample data/gpt2_tokenizer.bin $(if $(PROMPT),$(if $(DATA_CARRIED),,$(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe))
+	./build/sample --model '$(CKPT)' --prompt "$$PROMPT" --bpe $(DATA_SRC) $(SAMPLE_ARGS)
 
 # compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes doc/results/compare.md and the README table
 compare: build/train_gpt2cu_$(prec) data
@@ -219,8 +291,8 @@ long-context: build/train_gpt2cu_bf16 data
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
 	OUT=log/distributed bash scripts/bench/60_distributed.sh
 
-# all: data, every CPU and CUDA program
-all: data build/test_cpu build/train_gpt2 cuda
+# all: data, every CPU program and tool, every CUDA program
+all: data build/test_cpu build/train_gpt2 tools cuda
 
 # clean: remove build outputs (keeps data/ and checkpoints)
 clean:
@@ -230,4 +302,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help
+.PHONY: data tools sample plots export-hf import-hf test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help

@@ -9,15 +9,14 @@
 // (50256). The "\n\n" stays with the section before it (the last section has none). The first 32,768 tokens
 // are the validation split, the rest the training split. On the standard input.txt this gives 338,028 tokens
 // starting 50256 5962 22307 25 198 ("<|endoftext|>First Citizen:\n"); test/cpu/test_data.cpp checks it.
-#include <sys/stat.h>
-
+// Nothing is half-written: the tokenizer file is written atomically, then OUT_DIR as a whole (data/prepro.h).
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "data/prepro.h"
 #include "llmc/bpe.h"
-#include "llmc/dataloader.h"
 #include "llmc/error.h"
 #include "llmc/tokenizer.h"
 
@@ -36,7 +35,7 @@ static std::vector<uint16_t> tokenize_documents(const BPE& bpe, const std::strin
         const bool last = cut == std::string::npos;
         const std::string section = last ? text.substr(pos) : text.substr(pos, cut + sep.size() - pos);
         tokens.push_back(BPE::EOT);
-        for (int id : bpe.encode(section, /*allow_special=*/false, where)) tokens.push_back(static_cast<uint16_t>(id));
+        prepro::append_ids(tokens, bpe.encode(section, /*allow_special=*/false, where));
         if (last) break;
         pos = cut + sep.size();
     }
@@ -49,25 +48,24 @@ int main(int argc, char** argv) {
         const std::string src = argv[1], out = argv[2], tok_path = argv[3];
         const auto t0 = std::chrono::steady_clock::now();
 
-        const BPE bpe = BPE::load(src + "/gpt2/encoder.json", src + "/gpt2/vocab.bpe");
-        if (bpe.vocab_size() > 65536) fail("%s/gpt2/encoder.json: %d tokens do not fit uint16", src.c_str(), bpe.vocab_size());
+        const BPE bpe = load_gpt2_bpe(src);
+        prepro::check_vocab_fits(bpe, src + "/gpt2/encoder.json");
         const std::string input_path = src + "/tinyshakespeare/input.txt";
         const std::string text = read_file(input_path);
         const std::vector<uint16_t> tokens = tokenize_documents(bpe, text, input_path);
         if (tokens.size() <= VAL_TOKENS)
             fail("%s: only %zu tokens, need more than %zu for a validation split", input_path.c_str(), tokens.size(), VAL_TOKENS);
 
-        if (mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("%s: cannot create directory: %s", out.c_str(), strerror(errno));
-        const std::vector<uint16_t> val(tokens.begin(), tokens.begin() + VAL_TOKENS);
-        const std::vector<uint16_t> train(tokens.begin() + VAL_TOKENS, tokens.end());
-        write_token_file(out + "/tiny_shakespeare_val.bin", val);
-        write_token_file(out + "/tiny_shakespeare_train.bin", train);
+        const size_t n_train = tokens.size() - VAL_TOKENS;
+        prepro::check_replaceable(out, "tiny_shakespeare_");  // before the first write, so a refusal writes nothing
         write_tokenizer_bin(tok_path, bpe, BPE::EOT);
+        prepro::write_token_dir(out, "tiny_shakespeare_", {{"tiny_shakespeare_val.bin", tokens.data(), VAL_TOKENS},
+                                                         {"tiny_shakespeare_train.bin", tokens.data() + VAL_TOKENS, n_train}});
 
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         printf("%s: %zu bytes -> %zu tokens in %.2f s\n", input_path.c_str(), text.size(), tokens.size(), s);
-        printf("  %s/tiny_shakespeare_val.bin    %zu tokens\n", out.c_str(), val.size());
-        printf("  %s/tiny_shakespeare_train.bin  %zu tokens\n", out.c_str(), train.size());
+        printf("  %s/tiny_shakespeare_val.bin    %zu tokens\n", out.c_str(), VAL_TOKENS);
+        printf("  %s/tiny_shakespeare_train.bin  %zu tokens\n", out.c_str(), n_train);
         printf("  %s  %d tokens\n", tok_path.c_str(), bpe.vocab_size());
         return 0;
     });

@@ -34,166 +34,42 @@
 
 #include "llmc/error.h"
 #include "llmc/fileio.h"
+#include "llmc/json.h"
+#include "llmc/utf8.h"
 
 namespace flashgpt2 {
 
-// ---- UTF-8 ------------------------------------------------------------------------------------------
-
-inline void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
-
-// Decodes the code point at s[i], advancing i. Returns false on malformed UTF-8 (bad lead or continuation
-// byte, truncated sequence, overlong form, surrogate, or beyond U+10FFFF), leaving i at the bad sequence.
-inline bool next_code_point(const std::string& s, size_t& i, uint32_t& cp) {
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    const size_t n = s.size();
-    const unsigned char c = p[i];
-    int len;
-    uint32_t min;
-    if (c < 0x80) { cp = c; len = 1; min = 0; }
-    else if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; len = 2; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; len = 3; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; len = 4; min = 0x10000; }
-    else return false;
-    if (i + len > n) return false;
-    for (int k = 1; k < len; k++) {
-        if ((p[i + k] & 0xC0) != 0x80) return false;
-        cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-    return true;
-}
-
-// Throws "<where>: invalid UTF-8 at byte N" for the first malformed sequence.
-inline void check_utf8(const std::string& s, const std::string& where) {
-    size_t i = 0;
-    uint32_t cp;
-    while (i < s.size())
-        if (!next_code_point(s, i, cp)) fail("%s: invalid UTF-8 at byte %zu", where.c_str(), i);
-}
-
 // ---- encoder.json: a JSON object of string -> integer ----------------------------------------------------
 
-// A reader for exactly this shape of JSON (one flat object, string keys, non-negative integer values), with
-// the full string escape set including \uXXXX and UTF-16 surrogate pairs.
+// A reader for exactly this shape of JSON (one flat object, string keys, non-negative integer values), walked with
+// llmc/json.h's cursor rather than built as a tree: 50,257 pairs, read once per load.
 class JsonVocabReader {
 public:
-    JsonVocabReader(const std::string& text, const std::string& path) : s_(text), path_(path) {}
+    JsonVocabReader(const std::string& text, const std::string& path) : r_(text, path) {}
 
     std::vector<std::pair<std::string, int>> parse() {
         std::vector<std::pair<std::string, int>> out;
-        skip_ws();
-        expect('{');
-        skip_ws();
-        if (peek() == '}') { i_++; return out; }
-        for (;;) {
-            skip_ws();
-            std::string key = parse_string();
-            skip_ws();
-            expect(':');
-            skip_ws();
-            out.emplace_back(std::move(key), parse_int());
-            skip_ws();
-            if (peek() == ',') { i_++; continue; }
-            expect('}');
-            break;
+        r_.skip_ws();
+        r_.expect('{');
+        if (!r_.consume('}')) {
+            do {
+                r_.skip_ws();
+                std::string key = r_.string();
+                r_.skip_ws();
+                r_.expect(':');
+                r_.skip_ws();
+                out.emplace_back(std::move(key), static_cast<int>(r_.unsigned_integer(INT_MAX)));
+            } while (r_.consume(','));
+            r_.skip_ws();
+            r_.expect('}');
         }
-        skip_ws();
-        if (i_ != s_.size()) error("unexpected text after the closing '}'");
+        r_.skip_ws();
+        if (!r_.at_end()) r_.error("unexpected text after the closing '}'");
         return out;
     }
 
 private:
-    const std::string& s_;
-    const std::string& path_;
-    size_t i_ = 0;
-
-    [[noreturn]] void error(const char* what) { fail("%s: JSON error at byte %zu: %s", path_.c_str(), i_, what); }
-    char peek() { return i_ < s_.size() ? s_[i_] : '\0'; }
-    void skip_ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) i_++; }
-    void expect(char c) {
-        if (peek() != c) {
-            char msg[32];
-            snprintf(msg, sizeof msg, "expected '%c'", c);
-            error(msg);
-        }
-        i_++;
-    }
-    uint32_t hex4() {
-        if (i_ + 4 > s_.size()) error("truncated \\u escape");
-        uint32_t v = 0;
-        for (int k = 0; k < 4; k++) {
-            const char c = s_[i_++];
-            v <<= 4;
-            if (c >= '0' && c <= '9') v |= c - '0';
-            else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-            else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-            else error("bad hex digit in \\u escape");
-        }
-        return v;
-    }
-    std::string parse_string() {
-        expect('"');
-        std::string out;
-        for (;;) {
-            if (i_ >= s_.size()) error("unterminated string");
-            const char c = s_[i_++];
-            if (c == '"') return out;
-            if (static_cast<unsigned char>(c) < 0x20) error("control character in string");
-            if (c != '\\') { out += c; continue; }
-            if (i_ >= s_.size()) error("unterminated escape");
-            switch (s_[i_++]) {
-                case '"': out += '"'; break;
-                case '\\': out += '\\'; break;
-                case '/': out += '/'; break;
-                case 'b': out += '\b'; break;
-                case 'f': out += '\f'; break;
-                case 'n': out += '\n'; break;
-                case 'r': out += '\r'; break;
-                case 't': out += '\t'; break;
-                case 'u': {
-                    uint32_t cp = hex4();
-                    if (cp >= 0xD800 && cp <= 0xDBFF) {  // high surrogate: a low one must follow
-                        if (s_.compare(i_, 2, "\\u") != 0) error("high surrogate without a low surrogate");
-                        i_ += 2;
-                        const uint32_t lo = hex4();
-                        if (lo < 0xDC00 || lo > 0xDFFF) error("high surrogate without a low surrogate");
-                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                        error("lone low surrogate");
-                    }
-                    append_utf8(out, cp);
-                    break;
-                }
-                default: error("unknown escape");
-            }
-        }
-    }
-    int parse_int() {
-        if (!(peek() >= '0' && peek() <= '9')) error("expected a non-negative integer");
-        long long v = 0;
-        while (peek() >= '0' && peek() <= '9') {
-            v = v * 10 + (s_[i_++] - '0');
-            if (v > INT_MAX) error("integer too large");
-        }
-        return static_cast<int>(v);
-    }
+    json::Reader r_;
 };
 
 // ---- the tokenizer ---------------------------------------------------------------------------------------
@@ -441,5 +317,30 @@ private:
         return parts;
     }
 };
+
+// ---- where the vocabulary files live ------------------------------------------------------------------------
+
+// The source directory that holds gpt2/encoder.json and gpt2/vocab.bpe, as data/get_sources.sh chooses it
+// ($DATA_MIRROR, else ../shared/data, else data/raw): the script is asked, so the order is written in one place.
+// Needs the working directory to be the repository root (where make runs every tool).
+inline std::string gpt2_source_dir() {
+    FILE* p = popen("bash data/get_sources.sh dir 2>/dev/null", "r");
+    char buf[4096] = {};
+    const bool got = p && fgets(buf, sizeof buf, p) != nullptr;
+    if (p) pclose(p);
+    std::string d(buf);
+    while (!d.empty() && (d.back() == '\n' || d.back() == '\r')) d.pop_back();
+    if (!got || d.empty())
+        fail("cannot find GPT-2's vocabulary: data/get_sources.sh did not answer (run from the repository root, or "
+             "give --bpe DIR, a directory holding gpt2/encoder.json and gpt2/vocab.bpe)");
+    return d;
+}
+
+// GPT-2's BPE from a source directory (dir/gpt2/encoder.json, dir/gpt2/vocab.bpe); an empty dir asks
+// gpt2_source_dir().
+inline BPE load_gpt2_bpe(const std::string& dir = "") {
+    const std::string d = dir.empty() ? gpt2_source_dir() : dir;
+    return BPE::load(d + "/gpt2/encoder.json", d + "/gpt2/vocab.bpe");
+}
 
 }  // namespace flashgpt2

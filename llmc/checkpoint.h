@@ -6,6 +6,7 @@
 // Writes are atomic (fileio.h's write_file_atomic): the bytes go to "<path>.tmp", which is then renamed over
 // <path>, so a crash never leaves a half-written checkpoint under the real name. Every error names the file.
 #pragma once
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -97,23 +98,31 @@ inline GPT2Config load_checkpoint(const std::string& path, std::vector<float>& p
     return hdr.config;
 }
 
+// The 256-int header of a model file (the layout above), after checking that cfg and version can be written.
+// `where` names the file in the errors.
+inline std::array<int32_t, CHECKPOINT_HEADER_INTS> checkpoint_header(const GPT2Config& cfg, int version,
+                                                                       const std::string& where) {
+    validate_config(cfg, where.c_str());
+    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16)
+        fail("%s: cannot write checkpoint version %d (3 = fp32 or 5 = bf16)", where.c_str(), version);
+    std::array<int32_t, CHECKPOINT_HEADER_INTS> h{};
+    h[0] = CHECKPOINT_MAGIC, h[1] = version, h[2] = cfg.max_seq_len, h[3] = cfg.vocab_size;
+    h[4] = cfg.num_layers, h[5] = cfg.num_heads, h[6] = cfg.channels, h[7] = cfg.padded_vocab_size;
+    return h;
+}
+
 // Writes header + raw parameter bytes atomically (tmp, then rename). Used for both versions; the
 // CUDA trainer writes its bf16 weights through this too. bytes must match the config and version.
 inline void write_checkpoint_file(const std::string& path, const GPT2Config& cfg, int version, const void* data,
                                   size_t bytes) {
-    validate_config(cfg, path.c_str());
-    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16)
-        fail("%s: cannot write checkpoint version %d (3 = fp32 or 5 = bf16)", path.c_str(), version);
+    const auto h = checkpoint_header(cfg, version, path);
     const size_t want = num_parameters(cfg) * checkpoint_bytes_per_param(version);
     if (bytes != want) fail("%s: %zu parameter bytes given, the config needs %zu", path.c_str(), bytes, want);
 
     std::error_code ec;  // a missing parent directory is created; if that fails, the open below says so
     const auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    int32_t h[CHECKPOINT_HEADER_INTS] = {};
-    h[0] = CHECKPOINT_MAGIC, h[1] = version, h[2] = cfg.max_seq_len, h[3] = cfg.vocab_size;
-    h[4] = cfg.num_layers, h[5] = cfg.num_heads, h[6] = cfg.channels, h[7] = cfg.padded_vocab_size;
-    write_file_atomic(path, {{h, sizeof h}, {data, bytes}});
+    write_file_atomic(path, {{h.data(), sizeof h}, {data, bytes}});
 }
 
 // Saves fp32 parameters (num_parameters(cfg) of them) as a version 3 checkpoint.

@@ -44,14 +44,18 @@ constexpr int32_t TOKEN_FILE_MAGIC = 20240520;
 constexpr int32_t TOKEN_FILE_VERSION = 1;
 constexpr int TOKEN_FILE_HEADER_INTS = 256;
 
-// Writes tokens as an llm.c shard, atomically: "<path>.tmp" first, then renamed over path.
-inline void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
-    if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail("%s: %zu tokens do not fit the header", path.c_str(), tokens.size());
+// Writes n tokens as an llm.c shard, atomically: "<path>.tmp" first, then renamed over path.
+inline void write_token_file(const std::string& path, const uint16_t* tokens, size_t n) {
+    if (n > static_cast<size_t>(INT32_MAX)) fail("%s: %zu tokens do not fit the header", path.c_str(), n);
     int32_t header[TOKEN_FILE_HEADER_INTS] = {};
     header[0] = TOKEN_FILE_MAGIC;
     header[1] = TOKEN_FILE_VERSION;
-    header[2] = static_cast<int32_t>(tokens.size());
-    write_file_atomic(path, {{header, sizeof header}, {tokens.data(), tokens.size() * sizeof(uint16_t)}});
+    header[2] = static_cast<int32_t>(n);
+    write_file_atomic(path, {{header, sizeof header}, {tokens, n * sizeof(uint16_t)}});
+}
+
+inline void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+    write_token_file(path, tokens.data(), tokens.size());
 }
 
 // Reads a whole shard, checking magic, version and that the file holds exactly the header's token count.

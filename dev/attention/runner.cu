@@ -20,10 +20,10 @@
 #include "dev/attention/backward/runner_bwd.cuh"  // `runner bwd`: the backwards, validated and timed the same way
 #include "dev/attention/problem.cuh"
 #include "dev/harness.cuh"
-#include "dev/plot.h"
 #include "llmc/fileio.h"
 #include "llmc/parse.h"
 #include "llmc/peak.h"
+#include "llmc/plot.h"
 #include "llmc/profile.h"  // utc_timestamp
 #include "llmc/ref/attention.h"
 

@@ -1,6 +1,6 @@
 // Tests of the GPT-2 BPE (llmc/bpe.h) and llm.c's tokenizer file (llmc/tokenizer.h).
 // Ground truth for encoding: test/cpu/vectors/gpt2_encode.tsv, ids from an independent implementation
-// (js-tiktoken's "gpt2" encoding; see the file's header for how it was made).
+// (js-tiktoken's "gpt2" encoding; see the file's header for how it was made; data_helpers.h reads it).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -18,43 +18,6 @@ using namespace flashgpt2;
 using namespace flashgpt2::testing;
 
 namespace {
-
-struct Vector {
-    std::string text;
-    bool allow_special;
-    std::vector<int> ids;
-    std::string label;  // the JSON column, for messages
-};
-
-std::string unhex(const std::string& h) {
-    std::string out;
-    for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
-    return out;
-}
-
-std::vector<Vector> load_vectors() {
-    const std::string text = read_file("test/cpu/vectors/gpt2_encode.tsv");
-    std::vector<Vector> out;
-    std::istringstream lines(text);
-    std::string line;
-    while (std::getline(lines, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        std::vector<std::string> cols;
-        size_t pos = 0;
-        for (;;) {
-            const size_t tab = line.find('\t', pos);
-            cols.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
-            if (tab == std::string::npos) break;
-            pos = tab + 1;
-        }
-        REQUIRE(cols.size() == 4);
-        Vector v{unhex(cols[0]), cols[1] == "1", {}, cols[3]};
-        std::istringstream ids(cols[2]);
-        for (int id; ids >> id;) v.ids.push_back(id);
-        out.push_back(v);
-    }
-    return out;
-}
 
 std::string bin_header(uint32_t magic, uint32_t version, uint32_t vocab, uint32_t eot) {
     uint32_t h[256] = {magic, version, vocab, eot};
