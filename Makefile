@@ -255,11 +255,17 @@ train:
 	  $(MAKE) --no-print-directory $(TRAIN_DATA_GOAL) build/train_gpt2 && ./build/train_gpt2 $(TRAIN_DATA_ARGS) $(TRAIN_ARGS); \
 	fi
 
-# sample: text from a checkpoint on the CPU, no training (build/sample): make sample CKPT=checkpoints/cpu_model.bin PROMPT="ROMEO:" [SAMPLE_ARGS="-g 100 --top-k 40 --temperature 0.8 --seed 1"]
+# sample: text from a checkpoint, no training: the GPU trainer's KV cache when a GPU is present, else the Eigen model (build/sample): make sample CKPT=log/model_00000250.bin PROMPT="ROMEO:" [SAMPLE_ARGS="-g 100 --top-k 40 --temperature 0.8 --seed 1"]
 CKPT ?= checkpoints/cpu_model.bin
 export PROMPT
-sample: build/sample data/gpt2_tokenizer.bin $(if $(PROMPT),$(if $(DATA_CARRIED),,$(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe))
-	./build/sample --model '$(CKPT)' --prompt "$$PROMPT" --bpe $(DATA_SRC) $(SAMPLE_ARGS)
+sample: build/sample build/tokenizer data/gpt2_tokenizer.bin $(if $(PROMPT),$(if $(DATA_CARRIED),,$(DATA_SRC)/gpt2/encoder.json $(DATA_SRC)/gpt2/vocab.bpe))
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory build/train_gpt2cu_$(prec) && \
+	  ids=$$(printf '%s' "$$PROMPT" | ./build/tokenizer encode --allow-special --bpe $(DATA_SRC)) && \
+	  ./build/train_gpt2cu_$(prec) --sample -e '$(CKPT)' --prompt-ids "$$ids" --tokenizer data/gpt2_tokenizer.bin $(SAMPLE_ARGS); \
+	else \
+	  ./build/sample --model '$(CKPT)' --prompt "$$PROMPT" --bpe $(DATA_SRC) $(SAMPLE_ARGS); \
+	fi
 
 # compare: short training runs with the naive kernels, then the flash ones (d12, B=4 T=1024); prints per-layer ms and memory side by side, writes doc/results/compare.md and the README table
 compare: build/train_gpt2cu_$(prec) data

@@ -20,6 +20,7 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,16 @@ constexpr const char* PEAK_NAME = PEAK_FP32_NAME;
 constexpr double PEAK_FLOPS = PEAK_BF16_TFLOPS * 1e12;
 constexpr const char* PEAK_NAME = PEAK_BF16_NAME;
 #endif
+
+// "42 s", "3m05s", "1h02m": a step line's elapsed time and ETA.
+inline std::string duration_str(double seconds) {
+    char b[32];
+    const long s = std::lround(std::max(0.0, seconds));
+    if (s < 60) snprintf(b, sizeof b, "%ld s", s);
+    else if (s < 3600) snprintf(b, sizeof b, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(b, sizeof b, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+    return b;
+}
 
 inline void ensure_gpu(int device = 0) {
     int n = 0;
@@ -116,6 +127,28 @@ inline void check_seq_len(const TrainOptions& o, const GPT2Config& cfg) {
 // ---------------------------------------------------------------------------------------------------------
 // Evaluation and sampling.
 
+// The val sequence length: T, as training reads; a val split whose shards hold fewer than T+1 tokens (TinyShakespeare's
+// 32,768 at T >= 32K) is read in the longest windows that fit them instead (found by bisection: each probe only
+// reads the val files).
+inline int val_seq_len(const std::string& glob, int T, int V) {
+    auto fits = [&](int t) {
+        try {
+            DataLoader probe(glob, 1, t, false, 0, V);
+            return true;
+        } catch (const Error&) {
+            return false;
+        }
+    };
+    if (fits(T)) return T;
+    if (!fits(1)) DataLoader(glob, 1, 1, false, 0, V);  // not a length problem: let the loader say what is wrong
+    int lo = 1, hi = T;  // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
 // The val batch size (dataloader.h's val_batch_size): B sequences for -m N, as llm.c; nearly the whole split for -m -1.
 inline int choose_val_batch(const std::string& glob, int B, int T, int V, int max_batches) {
     const DataLoader probe(glob, 1, T, false, 0, V);  // one sequence per batch: counts the sequences
@@ -138,15 +171,23 @@ inline float evaluate(GPT2Model& model, DataLoader& loader, int max_batches, con
     return (float)(dist.sum_host(sum, model.stream) / nb);
 }
 
-// Generates n tokens after <|endoftext|> with the KV cache and returns them as text.
-inline std::string generate_text(Decoder& dec, const Tokenizer& tok, Rng& rng, int n, int top_k, float temperature) {
-    const int V = dec.model.config.vocab_size;
-    int token = (int)tok.eot_token;
+// Generates n tokens after `prompt` (token ids; the training samples use <|endoftext|> alone) with the KV cache and
+// returns them as text: the prompt fed position by position, then one sample_top_k draw per new token.
+inline std::string generate_text(Decoder& dec, const Tokenizer& tok, Rng& rng, const std::vector<int>& prompt, int n,
+                                 int top_k, float temperature) {
+    const GPT2Config& c = dec.model.config;
+    if (prompt.empty()) fail("generate: an empty prompt (start from <|endoftext|>)");
+    if ((int)prompt.size() + n - 1 > c.max_seq_len)
+        fail("-g: %zu prompt tokens + %d new ones need %zu positions; the model has %d (its max_seq_len; the KV "
+             "cache does not slide)", prompt.size(), n, prompt.size() + n - 1, c.max_seq_len);
+    const std::vector<float>* logits = nullptr;
+    int pos = 0;
+    for (int t : prompt) logits = &dec.step(&t, pos++);
     std::string text;
-    for (int pos = 0; pos < n; pos++) {
-        const std::vector<float>& logits = dec.step(&token, pos);
-        token = sample_top_k(logits.data(), V, top_k, temperature, rng);
+    for (int i = 0; i < n; i++) {
+        int token = sample_top_k(logits->data(), c.vocab_size, top_k, temperature, rng);
         text += tok.decode(token);
+        if (i + 1 < n) logits = &dec.step(&token, pos++);
     }
     return text;
 }
@@ -274,8 +315,9 @@ inline TrainResult train(const TrainOptions& o) {
     DataLoader train_loader(o.train_glob, o.B, o.T, true, o.seed, cfg.vocab_size);
     std::optional<DataLoader> val_loader;
     if (o.val_every > 0) {
-        const int Bv = choose_val_batch(o.val_glob, o.B, o.T, cfg.vocab_size, o.val_max_batches);
-        val_loader.emplace(o.val_glob, Bv, o.T, false, 0, cfg.vocab_size);
+        const int Tv = val_seq_len(o.val_glob, o.T, cfg.vocab_size);
+        const int Bv = choose_val_batch(o.val_glob, o.B, Tv, cfg.vocab_size, o.val_max_batches);
+        val_loader.emplace(o.val_glob, Bv, Tv, false, 0, cfg.vocab_size);
     }
     std::optional<Tokenizer> tokenizer;
     if (o.sample_every > 0 && dist.is_main()) tokenizer = Tokenizer::load(o.tokenizer);
@@ -324,10 +366,12 @@ inline TrainResult train(const TrainOptions& o) {
         printf("batch: B=%d T=%d, %d micro-batch(es) per step x %d GPU(s) = %d tokens; train: %zu batches per epoch",
                o.B, o.T, grad_accum, dist.world, tokens_per_step, train_loader.num_batches());
         if (val_loader)
-            printf("; val: %zu batches of %dx%d = %zu tokens", val_loader->num_batches(), val_loader->B, o.T,
-                   val_loader->num_batches() * val_loader->B * o.T);
+            printf("; val: %zu batches of %dx%d = %zu tokens%s", val_loader->num_batches(), val_loader->B, val_loader->T,
+                   val_loader->num_batches() * val_loader->B * val_loader->T,
+                   val_loader->T < o.T ? " (the val split is shorter than one T+1 window: its longest window instead)" : "");
         printf("\n");
         print_memory_plan(stdout, model.plan);
+        printf("log: %s (one line per step; checkpoints in %s)\n", log.path().c_str(), o.out_dir.c_str());
         if (o.resume) printf("resumed from %s at step %d\n", resume_model.c_str(), first_step);
         fflush(stdout);
     }
@@ -342,6 +386,7 @@ inline TrainResult train(const TrainOptions& o) {
     if (o.profile_steps > o.steps - first_step)
         fail("--profile-steps %d: this run has %d steps to go", o.profile_steps, o.steps - first_step);
     const int profile_from = o.steps - o.profile_steps;
+    const auto t_start = std::chrono::steady_clock::now();  // elapsed and ETA on the step lines
     for (int step = first_step; step <= o.steps; step++) {
         const bool last = step == o.steps;
         std::optional<float> val;
@@ -353,7 +398,8 @@ inline TrainResult train(const TrainOptions& o) {
         // (a resumed run skips the sample at its first step: it was drawn before the checkpoint, RNG included)
         const bool sampled_before_checkpoint = o.resume && step == first_step;
         if (decoder && !sampled_before_checkpoint && ((step > 0 && step % o.sample_every == 0) || last)) {
-            const std::string text = generate_text(*decoder, *tokenizer, rng, o.gen_tokens, o.top_k, o.temperature);
+            const std::string text =
+                generate_text(*decoder, *tokenizer, rng, {(int)tokenizer->eot_token}, o.gen_tokens, o.top_k, o.temperature);
             res.samples.push_back(text);
             if (!quiet) printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
         }
@@ -384,9 +430,13 @@ inline TrainResult train(const TrainOptions& o) {
             timed_steps++;
         }
         log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s);
-        if (!quiet)
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n", step + 1,
-                   o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s);
+        if (!quiet) {
+            const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+            const double eta = elapsed / (step + 1 - first_step) * (o.steps - step - 1);  // at this run's pace so far
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s | %s elapsed, "
+                   "ETA %s\n", step + 1, o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s,
+                   duration_str(elapsed).c_str(), duration_str(eta).c_str());
+        }
         fflush(stdout);
     }
     if (o.profile_steps > 0 && dist.is_main()) {
@@ -416,6 +466,32 @@ inline TrainResult train(const TrainOptions& o) {
                o.kernels.str().c_str(), o.B, o.T, res.mean_ms, timed_steps, res.tok_per_s, 100.0 * res.mfu,
                gib(res.peak_memory), gib(res.allocated));
     return res;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// --sample (make sample on a GPU machine): text from a checkpoint, no training. The prompt arrives as GPT-2 token
+// ids (build/tokenizer encodes it: the trainer carries no BPE encoder); its text and N new tokens are printed.
+// Same flags, the same Rng(--seed) and the same draw per token as the CPU tool (tools/sample.cpp).
+inline void run_sample(const TrainOptions& o) {
+    if (o.num_gpus > 0 || launched_by_launcher()) fail("--sample runs on one GPU: drop --num-gpus");
+    if (config_from_depth(o.init)) fail("--sample: -e names a checkpoint to sample from, not a random init (%s)", o.init.c_str());
+    ensure_gpu();
+    const GPT2Config cfg = load_checkpoint_config(o.init);
+    const Tokenizer tok = Tokenizer::load(o.tokenizer);
+    std::vector<int> prompt;
+    std::istringstream words(o.prompt_ids);  // whitespace-separated, as build/tokenizer encode writes them
+    for (std::string w; words >> w;) prompt.push_back((int)args::parse_int("--prompt-ids", w, 0, cfg.vocab_size - 1));
+    if (prompt.empty()) prompt.push_back((int)tok.eot_token);  // a new document
+    GPT2Model model(cfg, o.kernels, 1, 1);
+    load_model_file(o.init, model);
+    Decoder dec(model, 1);
+    Rng rng(o.seed);
+    std::string text;
+    for (int t : prompt) text += tok.decode(t);
+    text += generate_text(dec, tok, rng, prompt, o.gen_tokens, o.top_k, o.temperature);
+    fprintf(stderr, "sampled %d tokens from %s: top-k %d, temperature %g, seed %llu, kernels %s\n", o.gen_tokens,
+            o.init.c_str(), o.top_k, o.temperature, o.seed, o.kernels.str().c_str());
+    printf("%s\n", text.c_str());
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -506,6 +582,10 @@ int main(int argc, char** argv) {
         }
         if (o.compare) {
             run_compare(o);
+            return 0;
+        }
+        if (o.sample) {
+            run_sample(o);
             return 0;
         }
         if (o.num_gpus > 1 && o.rank < 0 && !launched_by_launcher())

@@ -15,7 +15,7 @@
 
 #include "llmc/error.h"
 #include "llmc/kernels.h"
-#include "llmc/parse.h"
+#include "llmc/args.h"
 
 namespace flashgpt2 {
 
@@ -47,6 +47,8 @@ struct TrainOptions {
     KernelSet kernels = KernelSet::all(Variant::flash);
     bool list_kernels = false;
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
+    bool sample = false;           // text from the -e checkpoint, no training (make sample)
+    std::string prompt_ids;        // --sample's prompt as GPT-2 token ids ('' : <|endoftext|>)
     int profile_steps = 0;         // time every op of the last N steps by layer: DIR/profile.md
     bool help = false;
     bool quiet = false;            // no per-step stdout lines (tests)
@@ -105,6 +107,9 @@ inline void print_help(FILE* f) {
             "  --list-kernels print each layer's naive and flash kernel and exit\n"
             "  --profile-steps N  time every op of the last N steps by layer (CUDA events): a table on stdout and in\n"
             "                 DIR/profile.md (those steps are left out of the mean step time)\n"
+            "  --sample       no training: print the --prompt-ids text and -g tokens sampled from the -e checkpoint\n"
+            "                 (KV cache; --top-k, --temperature, --seed as below; `make sample` encodes a text prompt)\n"
+            "  --prompt-ids IDS  the prompt as GPT-2 token ids (build/tokenizer encode writes them); '' = <|endoftext|>\n"
             "  --compare      time every layer with the naive set, then the flash set (same seed, same data),\n"
             "                 print the table and write it to DIR/compare.md (what `make compare` runs)\n"
             "  -h, --help     this text\n",
@@ -129,6 +134,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         if (a == "--resume") { o.resume = true; continue; }
         if (a == "--list-kernels") { o.list_kernels = true; continue; }
         if (a == "--compare") { o.compare = true; continue; }
+        if (a == "--sample") { o.sample = true; continue; }
         if (a == "--quiet") { o.quiet = true; continue; }
         // flags with a value
         if (a.empty() || a[0] != '-') fail("unexpected argument '%s' (flags start with '-'; see --help)", a.c_str());
@@ -141,38 +147,35 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "-j") o.val_glob = v;
         else if (a == "--tokenizer") o.tokenizer = v;
         else if (a == "-e") o.init = v;
-        else if (a == "--max-seq-len") o.max_seq_len = parse_int(f, v, 1, 1 << 20);
-        else if (a == "-b") o.B = parse_int(f, v, 1, BIG);
-        else if (a == "-t") o.T = parse_int(f, v, 1, BIG);
+        else if (a == "--max-seq-len") o.max_seq_len = (int)args::parse_int(f, v, 1, 1 << 20);
+        else if (a == "-b") o.B = (int)args::parse_int(f, v, 1, BIG);
+        else if (a == "-t") o.T = (int)args::parse_int(f, v, 1, BIG);
         else if (a == "-d") {
-            o.total_batch = parse_long(f, v);
+            o.total_batch = args::parse_int(f, v, -1, 1LL << 40);
             if (o.total_batch != -1 && o.total_batch < 1) fail("-d: %ld must be -1 or a positive token count", o.total_batch);
         }
-        else if (a == "-x") o.steps = parse_int(f, v, 1, BIG);
-        else if (a == "-l") o.lr = parse_float(f, v, 0.0, 10.0);
-        else if (a == "-u") o.warmup = parse_int(f, v, 0, BIG);
-        else if (a == "-q") o.final_lr_frac = parse_float(f, v, 0.0, 1.0);
-        else if (a == "-c") o.weight_decay = parse_float(f, v, 0.0, 10.0);
-        else if (a == "--grad-clip") o.grad_clip = parse_float(f, v, 0.0, 1e30);
-        else if (a == "-v") o.val_every = parse_int(f, v, 0, BIG);
+        else if (a == "-x") o.steps = (int)args::parse_int(f, v, 1, BIG);
+        else if (a == "-l") o.lr = (float)args::parse_float(f, v, 0.0, 10.0);
+        else if (a == "-u") o.warmup = (int)args::parse_int(f, v, 0, BIG);
+        else if (a == "-q") o.final_lr_frac = (float)args::parse_float(f, v, 0.0, 1.0);
+        else if (a == "-c") o.weight_decay = (float)args::parse_float(f, v, 0.0, 10.0);
+        else if (a == "--grad-clip") o.grad_clip = (float)args::parse_float(f, v, 0.0, 1e30);
+        else if (a == "-v") o.val_every = (int)args::parse_int(f, v, 0, BIG);
         else if (a == "-m") {
-            o.val_max_batches = parse_int(f, v, -1, BIG);
+            o.val_max_batches = (int)args::parse_int(f, v, -1, BIG);
             if (o.val_max_batches == 0) fail("-m: 0 val batches; use -v 0 to switch evaluation off");
         }
-        else if (a == "-s") o.sample_every = parse_int(f, v, 0, BIG);
-        else if (a == "-g") o.gen_tokens = parse_int(f, v, 1, BIG);
-        else if (a == "--top-k") o.top_k = parse_int(f, v, 0, BIG);
-        else if (a == "--temperature") o.temperature = parse_float(f, v, 0.0, 100.0);
-        else if (a == "-n") o.checkpoint_every = parse_int(f, v, -1, BIG);
+        else if (a == "-s") o.sample_every = (int)args::parse_int(f, v, 0, BIG);
+        else if (a == "-g") o.gen_tokens = (int)args::parse_int(f, v, 1, BIG);
+        else if (a == "--top-k") o.top_k = (int)args::parse_int(f, v, 0, BIG);
+        else if (a == "--temperature") o.temperature = (float)args::parse_float(f, v, 0.0, 100.0);
+        else if (a == "-n") o.checkpoint_every = (int)args::parse_int(f, v, -1, BIG);
         else if (a == "-o") o.out_dir = v;
-        else if (a == "--seed") {
-            const long s = parse_long(f, v);
-            if (s < 0 || s > (long)UINT32_MAX) fail("--seed: %ld must be in [0, %u] (llm.c's 32-bit generators)", s, UINT32_MAX);
-            o.seed = static_cast<unsigned long long>(s);
-        }
-        else if (a == "--profile-steps") o.profile_steps = parse_int(f, v, 1, BIG);
-        else if (a == "--num-gpus") o.num_gpus = parse_int(f, v, 1, 1024);
-        else if (a == "--rank") o.rank = parse_int(f, v, 0, 1023);
+        else if (a == "--seed") o.seed = (unsigned long long)args::parse_int(f, v, 0, UINT32_MAX);  // llm.c's 32-bit streams
+        else if (a == "--prompt-ids") o.prompt_ids = v;
+        else if (a == "--profile-steps") o.profile_steps = (int)args::parse_int(f, v, 1, BIG);
+        else if (a == "--num-gpus") o.num_gpus = (int)args::parse_int(f, v, 1, 1024);
+        else if (a == "--rank") o.rank = (int)args::parse_int(f, v, 0, 1023);
         else if (a == "--init-file") o.init_file = v;
         else if (a == "--kernels") o.kernels = KernelSet::all(parse_variant(v, "--kernels"));
         else if (a.size() > 2 && a[1] == '-' && is_layer_flag(a.substr(2))) o.kernels.set(a.substr(2), v);

@@ -21,7 +21,7 @@
 #include "dev/attention/problem.cuh"
 #include "dev/harness.cuh"
 #include "llmc/fileio.h"
-#include "llmc/parse.h"
+#include "llmc/args.h"
 #include "llmc/peak.h"
 #include "llmc/plot.h"
 #include "llmc/profile.h"  // utc_timestamp
@@ -404,10 +404,10 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
         const bool has_value = i + 1 < argc;
         if (!strcmp(argv[i], "--anchors") && has_value) anchors_path = argv[++i];
         else if (!strcmp(argv[i], "--out") && has_value) out_dir = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
+        else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
         else if (!strcmp(argv[i], "--rungs") && has_value) {
             std::stringstream list(argv[++i]);
-            for (std::string tok; std::getline(list, tok, ',');) only.push_back(parse_int("--rungs", tok.c_str(), 1, 1000));
+            for (std::string tok; std::getline(list, tok, ',');) only.push_back((int)args::parse_int("--rungs", tok.c_str(), 1, 1000));
         } else fail("bench: unknown or incomplete argument '%s'", argv[i]);
     }
     BenchReport R;
@@ -474,7 +474,7 @@ int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] =
 
 int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     if (argc < 2) fail("usage: runner fwd V [B NH T HS] [--seed S]");
-    const int id = parse_int("fwd V", argv[1], 1, 1000);
+    const int id = (int)args::parse_int("fwd V", argv[1], 1, 1000);
     std::vector<const Rung*> rungs;
     for (const Rung& r : RUNGS)
         if (r.id == id) rungs.push_back(&r);
@@ -482,8 +482,8 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     std::vector<int> pos;
     uint64_t seed = std::random_device{}();
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
-        else pos.push_back(parse_int("fwd B/NH/T/HS", argv[i], 1, 1 << 24));
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
+        else pos.push_back((int)args::parse_int("fwd B/NH/T/HS", argv[i], 1, 1 << 24));
     }
     if (!pos.empty() && pos.size() != 4) fail("fwd: give all four of B NH T HS, or none");
     std::vector<Shape> checks;  // validated in order; the last one is also timed

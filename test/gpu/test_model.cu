@@ -425,6 +425,22 @@ TEST_CASE("long context: a checkpoint's position table grows with --max-seq-len,
     CHECK_THROWS_WITH_AS(check_seq_len(t, resolve_config(t, "")), doctest::Contains("--max-seq-len 2048"), Error);
 }
 
+TEST_CASE("long context: a val split shorter than one window is read in the longest windows that fit") {
+    TempDir dir("model");
+    const GPT2Config c = small_config();
+    save_checkpoint(dir / "init.bin", c, gpt2_initial_weights(c, 5).data());
+    write_random_tokens(dir / "train.bin", 2000, c.vocab_size, 1);
+    write_random_tokens(dir / "val.bin", 30, c.vocab_size, 2);  // 30 tokens: no T = 37 window (38 tokens) fits
+    TrainOptions o;
+    o.init = dir / "init.bin", o.train_glob = dir / "train.bin", o.val_glob = dir / "val.bin";
+    o.B = 2, o.T = 37, o.steps = 2, o.val_every = 1, o.sample_every = 0, o.checkpoint_every = -1;
+    o.out_dir = dir / "run", o.quiet = true;
+    CHECK(val_seq_len(o.val_glob, o.T, c.vocab_size) == 29);  // the longest window: 29 inputs, 29 targets
+    const TrainResult r = train(o);
+    REQUIRE(r.val_losses.size() == 3);  // steps 0, 1, 2
+    for (const auto& [step, loss] : r.val_losses) CHECK_MESSAGE(std::isfinite(loss), "step " << step);
+}
+
 TEST_CASE("long context: loss and 16 gradients vs the oracle at T=2048, every kernel set") {
     GPT2Config c = small_config();
     c.max_seq_len = 2048;

@@ -29,7 +29,7 @@
 #include "dev/attention/problem.cuh"
 #include "dev/harness.cuh"
 #include "llmc/kernels.h"
-#include "llmc/parse.h"
+#include "llmc/args.h"
 #include "llmc/peak.h"
 
 namespace bwd_runner {
@@ -264,8 +264,8 @@ inline int cmd_bwd(int argc, char** argv) {  // argv[0] = "bwd"
     std::vector<int> pos;
     uint64_t seed = std::random_device{}();
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)parse_int("--seed", argv[++i], 0, 2147483647);
-        else pos.push_back(parse_int("bwd B/NH/T/HS", argv[i], 1, 1 << 24));
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
+        else pos.push_back((int)args::parse_int("bwd B/NH/T/HS", argv[i], 1, 1 << 24));
     }
     if (!pos.empty() && pos.size() != 4) fail("bwd: give all four of B NH T HS, or none");
     std::vector<Shape> checks;  // validated in order; the last one is also timed
