@@ -25,8 +25,10 @@ constexpr uint32_t TOKENIZER_VERSION = 2;
 struct Tokenizer {
     uint32_t vocab_size = 0;
     uint32_t eot_token = 0;
-    std::vector<std::string> tokens;  // (vocab_size) token id -> its bytes
 
+    // Every count in the header is checked against the file's size before it sizes anything: each token takes
+    // at least 2 bytes (its length byte and 1..255 bytes, as llm.c requires), so a header asking for more tokens
+    // than the file can hold is refused at once. The tokens are kept as one string of bytes plus offsets.
     static Tokenizer load(const std::string& path) {
         const std::string data = read_file(path);  // parse from memory: one place to check every length
         uint32_t header[256];
@@ -42,13 +44,21 @@ struct Tokenizer {
         t.eot_token = header[1] == 1 ? 50256u : header[3];  // version 1 predates the EOT field; GPT-2's is 50256
         if (t.vocab_size == 0 || t.eot_token >= t.vocab_size)
             fail("%s: bad header: vocab size %u, EOT token %u", path.c_str(), t.vocab_size, t.eot_token);
+        const size_t body = data.size() - sizeof header;
+        if (t.vocab_size > body / 2)
+            fail("%s: truncated: the header says %u tokens, the %zu bytes after it hold at most %zu", path.c_str(),
+                 t.vocab_size, body, body / 2);
         size_t pos = sizeof header;
-        t.tokens.reserve(t.vocab_size);
+        t.offsets_.reserve((size_t)t.vocab_size + 1);
+        t.bytes_.reserve(body);
+        t.offsets_.push_back(0);
         for (uint32_t id = 0; id < t.vocab_size; id++) {
             if (pos >= data.size()) fail("%s: truncated: ends at token %u of %u", path.c_str(), id, t.vocab_size);
             const size_t len = static_cast<unsigned char>(data[pos++]);
+            if (len == 0) fail("%s: token %u has length 0 (the format allows 1..255)", path.c_str(), id);
             if (pos + len > data.size()) fail("%s: truncated: ends inside token %u", path.c_str(), id);
-            t.tokens.emplace_back(data, pos, len);
+            t.bytes_.append(data, pos, len);
+            t.offsets_.push_back((uint32_t)t.bytes_.size());
             pos += len;
         }
         if (pos != data.size()) fail("%s: %zu trailing bytes after the last token", path.c_str(), data.size() - pos);
@@ -57,7 +67,7 @@ struct Tokenizer {
 
     std::string decode(int id) const {
         if (id < 0 || static_cast<uint32_t>(id) >= vocab_size) fail("token id %d out of range [0, %u)", id, vocab_size);
-        return tokens[id];
+        return bytes_.substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
     }
 
     std::string decode(const std::vector<int>& ids) const {
@@ -65,6 +75,10 @@ struct Tokenizer {
         for (int id : ids) out += decode(id);
         return out;
     }
+
+private:
+    std::string bytes_;              // every token's bytes, in id order
+    std::vector<uint32_t> offsets_;  // (vocab_size + 1) token id -> where its bytes start in bytes_
 };
 
 // Writes a vocabulary as an llm.c tokenizer file (version 2), atomically. Vocab is our BPE (llmc/bpe.h) or

@@ -178,7 +178,7 @@ TEST_CASE("tokenizer: write_tokenizer_bin then Tokenizer::load round-trips") {
     const Tokenizer t = Tokenizer::load(d / "tok.bin");
     REQUIRE(t.vocab_size == 50257);
     CHECK(t.eot_token == 50256);
-    for (int id = 0; id < 50257; id++) REQUIRE(t.tokens[id] == gpt2_bpe().token_bytes(id));
+    for (int id = 0; id < 50257; id++) REQUIRE(t.decode(id) == gpt2_bpe().token_bytes(id));
     CHECK(!std::filesystem::exists(d / "tok.bin.tmp"));
 }
 
