@@ -205,14 +205,15 @@ inline GPT2Config load_checkpoint(const std::string& path, std::vector<float>& p
     }
     if (!ok) fail("%s: read error in the parameters (file changed while reading?)", path.c_str());
     if (sum && sum->crc != crc)
-        fail("%s: checksum mismatch (crc32c %08x, %s says %08x): the file is damaged", path.c_str(), crc,
-             checksum_path(path).c_str(), sum->crc);
+        fail("%s: checksum mismatch (crc32c %08x, %s says %08x): the file is damaged, or its save was cut short "
+             "between the two files", path.c_str(), crc, checksum_path(path).c_str(), sum->crc);
     return hdr.config;
 }
 
 // Writes header + raw parameter bytes atomically (tmp, then rename), then its checksum file. Used for both
 // versions; the CUDA trainer writes its bf16 weights through this too. bytes must match the config and version.
-// A stale checksum file is removed first, so a crash in between leaves a file without one, never a wrong one.
+// A failed write leaves the previous file and its checksum file as they were. A crash between the two renames
+// leaves a new file beside an old checksum: it then reads as damaged (refused), never a damaged file as good.
 inline void write_checkpoint_file(const std::string& path, const GPT2Config& cfg, int version, const void* data,
                                   size_t bytes) {
     validate_config(cfg, path.c_str());
@@ -225,8 +226,6 @@ inline void write_checkpoint_file(const std::string& path, const GPT2Config& cfg
     int32_t h[CHECKPOINT_HEADER_INTS] = {};
     h[0] = CHECKPOINT_MAGIC, h[1] = version, h[2] = cfg.max_seq_len, h[3] = cfg.vocab_size;
     h[4] = cfg.num_layers, h[5] = cfg.num_heads, h[6] = cfg.channels, h[7] = cfg.padded_vocab_size;
-    std::error_code ec;
-    std::filesystem::remove(checksum_path(path), ec);
     write_file_atomic(path, {{h, sizeof h}, {data, bytes}});
     write_checksum_file(path, FileChecksum{crc32c(data, bytes, crc32c(h, sizeof h)), sizeof h + bytes});
 }

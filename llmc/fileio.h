@@ -66,8 +66,8 @@ inline std::filesystem::path normal_dir(const std::string& dir) {
 }
 
 // Creates dir and its missing parents; returns the outermost directory it created ("" when dir existed), for
-// remove_empty_directories. Error with the reason (e.g. "Permission denied") when that fails or when something
-// that is not a directory is in the way. `what` names the flag or role in the message.
+// remove_empty_directories. Error with the reason ("Permission denied", "File exists" for a file in the way)
+// when that fails. `what` names the flag or role in the message.
 inline std::string make_directories(const std::string& dir, const char* what) {
     if (dir.empty()) return "";
     std::error_code ec;
@@ -78,7 +78,6 @@ inline std::string make_directories(const std::string& dir, const char* what) {
     }
     std::filesystem::create_directories(dir, ec);
     if (ec) fail("%s %s: cannot create the directory: %s", what, dir.c_str(), ec.message().c_str());
-    if (!std::filesystem::is_directory(dir, ec)) fail("%s %s: exists and is not a directory", what, dir.c_str());
     return top.string();
 }
 
