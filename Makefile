@@ -86,9 +86,44 @@ build/test_cpu: $(TEST_CPU_OBJ)
 build/train_gpt2: build/train_gpt2.o
 	$(CXX) $(CXXFLAGS) $^ -o $@
 
-# test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, bad input
-test: build/test_cpu data
+# ---------------------------------------------------------------------------------------------------------
+# Reliability (doc/reliability.md): the fuzzer, built with AddressSanitizer and UndefinedBehaviorSanitizer into
+# objects of its own (build/asan), and the scripts that run the CPU trainer into bad input, NaNs, kills and a full
+# disk. `make test` runs them after the unit tests.
+FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -Wall -Wextra -I. $(INC_FLAGS)
+FUZZ_OBJ   := build/asan/test/reliability/fuzz_cpu.o build/asan/test/cpu/alloc_watch.o
+-include $(FUZZ_OBJ:.o=.d)
+
+build/asan/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
+
+build/fuzz_cpu: $(FUZZ_OBJ)
+	$(CXX) $(FUZZ_FLAGS) $^ -o $@ -lpcre2-8
+
+FUZZ_RUN := ./build/fuzz_cpu --text $(DATA_SRC)/tinyshakespeare/input.txt --encoder $(DATA_SRC)/gpt2/encoder.json \
+            --merges $(DATA_SRC)/gpt2/vocab.bpe --tokenizer data/gpt2_tokenizer.bin
+
+# test: the CPU test suite (doctest: tokenizer, data, reference model vs finite differences, checkpoints, bad input), then the fuzzer and the trainer's fault-injection scripts
+test: build/test_cpu build/fuzz_cpu build/train_gpt2 data
 	./build/test_cpu
+	$(FUZZ_RUN)
+	bash test/reliability/trainer.sh
+	bash test/reliability/fault.sh
+
+# fuzz: seeded mutations of every file type through the real loaders under ASan/UBSan (FUZZ_ARGS="--cases N --seed S")
+fuzz: build/fuzz_cpu data
+	$(FUZZ_RUN) $(FUZZ_ARGS)
+
+# fault: the CPU trainer killed at seeded points and on a full disk, resumed to the same bits (FAULT_SEED, FAULT_TRIALS)
+fault: build/train_gpt2 data
+	bash test/reliability/trainer.sh
+	bash test/reliability/fault.sh
+
+# reliability: run the fuzzer and the fault scripts and write their figures into doc/reliability.md
+reliability: build/fuzz_cpu build/train_gpt2 data
+	bash test/reliability/update_doc.sh "$(FUZZ_RUN)"
 
 # ---------------------------------------------------------------------------------------------------------
 # CUDA: the trainer, the GPU tests and the attention ladder. Built in both precisions.
@@ -214,7 +249,7 @@ distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 dat
 	OUT=log/distributed bash scripts/gpu.d/60_distributed.sh
 
 # all: data, every CPU and CUDA program
-all: data build/test_cpu build/train_gpt2 cuda
+all: data build/test_cpu build/train_gpt2 build/fuzz_cpu cuda
 
 # clean: remove build outputs (keeps data/ and checkpoints)
 clean:
@@ -224,4 +259,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help
+.PHONY: data test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help

@@ -284,7 +284,7 @@ void resume_checkpoint(const std::string& dir, int64_t step, Trainer& t, DataLoa
     const StateFile sf = read_state_file(state_file);
     check_state_layout(state_file, sf.layout, cpu_layout(t.model.config));
     if (sf.state.step != step) fail("%s: holds step %lld, its name says %lld", state_file.c_str(), (long long)sf.state.step, (long long)step);
-    train_data.restore(sf.state.loader);
+    train_data.restore(sf.state.loader, state_file);
     if (train_data.batches_read() != (uint64_t)step)
         fail("%s: the data position is %llu batches in, but %lld steps read %lld", state_file.c_str(),
              (unsigned long long)train_data.batches_read(), (long long)step, (long long)step);
@@ -369,8 +369,8 @@ int train(const Options& o) {
 
         const double t0 = now_ms();
         train_data.next_batch();
-        const float loss = fault_value("nan-loss", step,
-                                       model.forward(train_data.inputs.data(), train_data.targets.data(), o.B, o.T));
+        const float loss = fault_value("spike-loss", step, fault_value("nan-loss", step,
+            model.forward(train_data.inputs.data(), train_data.targets.data(), o.B, o.T)));
         require_finite(step, "training loss", loss);
         model.zero_grad();
         model.backward();

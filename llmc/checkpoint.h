@@ -388,7 +388,7 @@ inline void parse_state_header(const std::string& path, const int64_t* h, size_t
     L.begin = (size_t)h[26], L.end = (size_t)h[27];
     TrainState& st = sf.state;
     if (!in(h[2], 0, INT32_MAX)) fail("%s: step %lld is out of range", p, (long long)h[2]);
-    if (!in(h[6], 1, 1 << 30) || !in(h[7], 1, 1 << 30) || !in(h[8], h[6] * h[7], 1ll << 50))
+    if (!in(h[6], 1, 1 << 30) || !in(h[7], 1, 1 << 30) || !in(h[8], h[6] * h[7], 1ll << 50) || h[8] % (h[6] * h[7]))
         fail("%s: batch B=%lld T=%lld, %lld tokens per step, is out of range", p, (long long)h[6], (long long)h[7],
              (long long)h[8]);
     if (!in(h[9], 0, UINT32_MAX) || h[13] != h[9]) fail("%s: seed %lld (loader %lld) is out of range", p, (long long)h[9], (long long)h[13]);
@@ -399,6 +399,11 @@ inline void parse_state_header(const std::string& path, const int64_t* h, size_t
         fail("%s: loader position (epoch %lld, shard %lld of %lld, batch %lld, shuffle %lld, B=%lld T=%lld) is out "
              "of range", p, (long long)h[10], (long long)h[11], (long long)h[17], (long long)h[12], (long long)h[14],
              (long long)h[15], (long long)h[16]);
+    // every epoch holds at least one batch, and a step reads total_batch / (B*T) of them (micro-batches x GPUs)
+    const int64_t per_step = h[8] / (h[6] * h[7]);
+    if (per_step <= INT64_MAX / std::max<int64_t>(h[2], 1) && h[10] > h[2] * per_step)
+        fail("%s: loader epoch %lld is more than the %lld batches %lld steps have read", p, (long long)h[10],
+             (long long)(h[2] * per_step), (long long)h[2]);
     DataLoaderState& d = st.loader;
     d.epoch = (uint64_t)h[10], d.shard_pos = (uint64_t)h[11], d.batch_pos = (uint64_t)h[12], d.seed = (uint64_t)h[13];
     d.shuffle = h[14], d.B = h[15], d.T = h[16], d.num_shards = h[17];

@@ -206,8 +206,9 @@ public:
 
     // Puts back a position from state(). Every field is checked before it is used: the settings must be this
     // loader's, the shard and batch must exist, and the epoch must be one a replay can reach (MAX_REPLAY_DRAWS).
-    void restore(const DataLoaderState& s) {
-        const char* where = files_.front().c_str();
+    // Errors name `source` (the state file the position came from), else the loader's first shard.
+    void restore(const DataLoaderState& s, const std::string& source = "") {
+        const char* where = source.empty() ? files_.front().c_str() : source.c_str();
         if (s.B != B || s.T != T)
             fail("%s: saved loader position is for B=%lld T=%lld, this loader has B=%d T=%d", where, (long long)s.B,
                  (long long)s.T, B, T);

@@ -6,8 +6,8 @@
 // with another learning rate, schedule length, batch, seed, kernel set or data set "works" and silently trains a
 // different run; and a new run started in an old directory would leave the old run's later checkpoints there for
 // a later --resume to pick. So:
-//   - a fresh run refuses an -o that holds checkpoints (llmc/checkpoint.h's file names) unless --overwrite, which
-//     deletes them (and only them) first;
+//   - a fresh run refuses an -o that holds a complete checkpoint (llmc/checkpoint.h's DONE marker) unless
+//     --overwrite, which deletes the checkpoint files (and only them) first;
 //   - a resume reads the record and refuses to start when any setting differs, listing every difference.
 // The record holds every setting that changes the trajectory (each trainer passes its own: optimizer, schedule,
 // steps, batch, seed, kernel set by name, model shape, init) and the data's identity: each split's token count and
@@ -116,9 +116,11 @@ inline std::string record_differences(const RunRecord& saved, const RunRecord& n
 
 // What a run does with its output directory, decided before its first step. Returns the step to resume from,
 // or -1 for a fresh run.
-//   fresh:  checkpoints in dir are refused unless overwrite (then deleted); the directory
-//           is created (a permission problem is reported as one) and the record written, which also proves the
-//           directory writable before any training. A failure here removes the directories it created.
+//   fresh:  a complete checkpoint in dir is refused unless overwrite; then every checkpoint file is deleted
+//           (without a DONE marker they are the debris of a run stopped before its first checkpoint: nothing can
+//           resume them). The directory is created (a permission problem is reported as one) and the record
+//           written, which also proves it writable before any training. A failure here removes the directories
+//           it created.
 //   resume: needs a complete checkpoint (DONE_<step>) and the record, and every setting must match.
 inline int64_t open_run_dir(const std::string& dir, const RunRecord& now, bool resume, bool overwrite) {
     const std::string record = run_record_path(dir);
@@ -137,10 +139,11 @@ inline int64_t open_run_dir(const std::string& dir, const RunRecord& now, bool r
         return step;
     }
     const std::vector<std::string> old = checkpoint_files(dir);
-    if (!old.empty() && !overwrite)
+    const int64_t newest = latest_checkpoint_step(dir);
+    if (newest >= 0 && !overwrite)
         fail("-o %s already holds a run's checkpoints (%zu files, newest complete step %lld): continue it with "
              "--resume, choose another -o, or pass --overwrite to delete them", dir.c_str(), old.size(),
-             (long long)latest_checkpoint_step(dir));
+             (long long)newest);
     for (const std::string& f : old) {
         std::error_code ec;
         if (!std::filesystem::remove(f, ec)) fail("--overwrite: cannot delete %s: %s", f.c_str(), ec.message().c_str());

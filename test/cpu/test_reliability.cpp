@@ -209,6 +209,11 @@ TEST_CASE("open_run_dir: a fresh run refuses another run's checkpoints unless --
     CHECK(read_file(run_record_path(dir)) == rec.text());
     // resume without a checkpoint
     CHECK(contains(error_of([&] { open_run_dir(dir, rec, true, false); }), "no complete checkpoint"));
+    // the debris of a run stopped before its first checkpoint (no DONE marker) does not block a fresh run: deleted
+    write_bytes(d / "run/model_00000004.bin", "x");
+    write_bytes(d / "run/state_00000004.bin.tmp", "x");
+    CHECK(open_run_dir(dir, rec, false, false) == -1);
+    CHECK(checkpoint_files(dir).empty());
     // a checkpoint appears: a fresh run is refused, naming the newest step and the two ways out
     for (const char* f : {"model_00000010.bin", "model_00000010.bin.crc32c", "state_00000010.bin", "DONE_00000010",
                           "model_00000020.bin"})
