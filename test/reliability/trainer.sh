@@ -59,7 +59,7 @@ fi
 
 # a run that fails before its first step leaves no folder: the first write (run_settings.txt) fails, disk full
 s=0; FLASHGPT2_FAULT=enospc:1 run /dev/null "$work/nofolder.err" "${tiny[@]}" -x 3 -o "$work/new/nested/run" || s=$?
-check "a full disk at the start is one line" bash -c "[[ $s == 1 ]] && $(declare -f one_line_saying); one_line_saying '$work/nofolder.err' 'No space left on device'"
+check "a full disk at the start is one line" bash -c "$(declare -f one_line_saying); [[ $s == 1 ]] && one_line_saying '$work/nofolder.err' 'No space left on device'"
 check "... and leaves no folder" test ! -e "$work/new"
 
 # another run's checkpoints: refused, then --overwrite deletes them (and nothing else)
@@ -81,7 +81,7 @@ for fault in nan-norm:6:"gradient norm" nan-loss:5:"training loss" nan-val:8:"va
   IFS=: read -r kind step quantity <<< "$fault"
   dir=$work/$kind
   s=0; FLASHGPT2_FAULT=$kind:$step run "$dir.out" "$dir.err" "${tiny[@]}" -x 12 -n 4 -v 4 -o "$dir" || s=$?
-  check "$kind: exit 1 with one line naming step $step and the $quantity" bash -c "[[ $s == 1 ]] && $(declare -f one_line_saying); one_line_saying '$dir.err' 'step $step: the $quantity is NaN'"
+  check "$kind: exit 1 with one line naming step $step and the $quantity" bash -c "$(declare -f one_line_saying); [[ $s == 1 ]] && one_line_saying '$dir.err' 'step $step: the $quantity is NaN'"
   check "$kind: the newest complete checkpoint is step 4, none after" bash -c "[[ \$(ls '$dir' | sed -n 's/^DONE_0*\([0-9][0-9]*\)\$/\1/p' | sort -n | tail -1) == 4 ]] && [[ ! -e '$dir/model_00000008.bin' ]]"
   check "$kind: no step line after the bad one" bash -c "! grep -q '^step  *$((step + 2))/' '$dir.out'"
   s=0; run /dev/null "$dir.resume.err" "${tiny[@]}" -x 12 -n 4 -v 4 -o "$dir" --resume || s=$?
