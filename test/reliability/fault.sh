@@ -42,12 +42,10 @@ finish_and_compare() {
   if [[ -e $dir/DONE_$final ]]; then  # the kill came after the last checkpoint: make the resume redo it
     rm -f "$dir/DONE_$final" "$dir/model_$final.bin" "$dir/model_$final.bin.crc32c" "$dir/state_$final.bin"
   fi
-  if ls "$dir"/DONE_* >/dev/null 2>&1; then
-    resumes=$((resumes + 1))
-    "$bin" "${args[@]}" -o "$dir" --resume > "$dir.resume.out" 2>&1 || { broken=$((broken + 1)); fails+=("$what: the resume failed: $(tail -1 "$dir.resume.out")"); return; }
-  else
-    restarts=$((restarts + 1))
-    "$bin" "${args[@]}" -o "$dir" > "$dir.restart.out" 2>&1 || { broken=$((broken + 1)); fails+=("$what: the fresh start failed: $(tail -1 "$dir.restart.out")"); return; }
+  local how=(--resume) log=$dir.resume.out
+  if ls "$dir"/DONE_* >/dev/null 2>&1; then resumes=$((resumes + 1)); else how=() log=$dir.restart.out restarts=$((restarts + 1)); fi
+  if ! "$bin" "${args[@]}" -o "$dir" "${how[@]+"${how[@]}"}" > "$log" 2>&1; then
+    broken=$((broken + 1)); fails+=("$what: the ${how[0]:-fresh start} failed: $(tail -1 "$log")"); return
   fi
   if ! cmp -s "$dir/model_$final.bin" "$work/ref/model_$final.bin" || ! cmp -s "$dir/state_$final.bin" "$work/ref/state_$final.bin"; then
     mismatches=$((mismatches + 1)); fails+=("$what: final files differ from the uninterrupted run's")
