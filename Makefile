@@ -120,11 +120,46 @@ tools: $(TOOLS) build/prepro_text
 DEPS       := CXX='$(CXX)' EIGEN_INC='$(EIGEN_INC)' DOCTEST_INC='$(DOCTEST_INC)' STB_INC='$(STB_INC)' NVCC='$(NVCC)' bash scripts/deps.sh
 DATA_NEEDS := $(if $(DATA_CARRIED),,pcre2) $(if $(filter-out $(wildcard $(DATA_SOURCES)),$(DATA_SOURCES)),curl)
 
-# test: build and run the CPU test suite (doctest): tokenizer, data, reference model vs finite differences, checkpoints, tools, bad input
+# ---------------------------------------------------------------------------------------------------------
+# Reliability (doc/reliability.md): the fuzzer, built with AddressSanitizer and UndefinedBehaviorSanitizer into
+# objects of its own (build/asan), and the scripts that run the CPU trainer into bad input, NaNs, kills and a full
+# disk. `make test` runs them after the unit tests.
+FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -Wall -Wextra -I. $(INC_FLAGS)
+FUZZ_OBJ   := build/asan/test/reliability/fuzz_cpu.o build/asan/test/cpu/alloc_watch.o
+-include $(FUZZ_OBJ:.o=.d)
+
+build/asan/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
+
+build/fuzz_cpu: $(FUZZ_OBJ)
+	$(CXX) $(FUZZ_FLAGS) $^ -o $@ -lpcre2-8
+
+FUZZ_RUN := ./build/fuzz_cpu --text $(DATA_SRC)/tinyshakespeare/input.txt --encoder $(DATA_SRC)/gpt2/encoder.json \
+            --merges $(DATA_SRC)/gpt2/vocab.bpe --tokenizer data/gpt2_tokenizer.bin
+
+# test: check the dependencies, then the CPU test suite (doctest: tokenizer, data, reference model vs finite differences, checkpoints, tools, bad input), the fuzzer and the trainer's fault-injection scripts
 test:
 	@$(DEPS) cxx make eigen doctest stb pcre2 $(DATA_NEEDS)
-	@$(MAKE) --no-print-directory build/test_cpu data tools build/train_gpt2
+	@$(MAKE) --no-print-directory build/test_cpu build/fuzz_cpu data tools build/train_gpt2
 	./build/test_cpu
+	$(FUZZ_RUN)
+	bash test/reliability/trainer.sh
+	bash test/reliability/fault.sh
+
+# fuzz: seeded mutations of every file type through the real loaders under ASan/UBSan (FUZZ_ARGS="--cases N --seed S")
+fuzz: build/fuzz_cpu data
+	$(FUZZ_RUN) $(FUZZ_ARGS)
+
+# fault: the CPU trainer killed at seeded points and on a full disk, resumed to the same bits (FAULT_SEED, FAULT_TRIALS)
+fault: build/train_gpt2 data
+	bash test/reliability/trainer.sh
+	bash test/reliability/fault.sh
+
+# reliability: run the fuzzer and the fault scripts and write their figures into doc/reliability.md
+reliability: build/fuzz_cpu build/train_gpt2 data
+	bash test/reliability/update_doc.sh "$(FUZZ_RUN)"
 
 # plots: PNG loss curves (train and val) from training logs, overlaid and labelled (build/plot_loss): make plots LOGS="a/main.log b/main.log" [LABELS="naive,flash"] [OUT=doc/results/loss.png]
 LOGS ?= $(wildcard log/main.log log/train_cpu.log)
@@ -297,8 +332,8 @@ long-context: build/train_gpt2cu_bf16 data
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
 	OUT=log/distributed bash scripts/bench/60_distributed.sh
 
-# all: data, every CPU program and tool, every CUDA program
-all: data build/test_cpu build/train_gpt2 tools cuda
+# all: data, every CPU program and tool, the fuzzer, every CUDA program
+all: data build/test_cpu build/train_gpt2 tools build/fuzz_cpu cuda
 
 # clean: remove build outputs (keeps data/ and checkpoints)
 clean:
@@ -308,4 +343,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data tools sample plots export-hf import-hf test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help
+.PHONY: data tools sample plots export-hf import-hf test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help

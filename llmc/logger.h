@@ -1,8 +1,9 @@
 // A training log: one line of plain text per step, easy to grep and plot, shared by both trainers.
 //   step 12 train 6.834012 val 6.912345 lr 0.0006 norm 1.2345 ms 35.21 tok/s 465321
-// The val field appears only on steps where the validation loss was computed; lines starting with '#' are the
-// run's header (device, kernels, model, batch), written once at the start. Each line is flushed as it
-// is written, so a crashed or killed run keeps its log. A resumed run opens the file in append mode.
+// The val field appears only on steps where the validation loss was computed; a note (e.g. the divergence
+// guard's "skipped lossz 5.31", llmc/guard.h) ends the line when there is one; lines starting with '#' are the
+// run's header (device, kernels, model, batch), written once at the start. Each line is flushed as it is
+// written, so a crashed or killed run keeps its log. A resumed run opens the file in append mode.
 #pragma once
 #include <cerrno>
 #include <cstdio>
@@ -32,11 +33,12 @@ struct Logger {
     Logger& operator=(const Logger&) = delete;
 
     void log_step(int step, float train_loss, std::optional<float> val_loss, float lr, float grad_norm, double ms,
-                  double tok_per_s) {
+                  double tok_per_s, const std::string& note = "") {
         if (!f_) return;
         std::fprintf(f_, "step %d train %.6f", step, train_loss);
         if (val_loss) std::fprintf(f_, " val %.6f", *val_loss);
-        std::fprintf(f_, " lr %.6g norm %.4f ms %.2f tok/s %.0f\n", lr, grad_norm, ms, tok_per_s);
+        std::fprintf(f_, " lr %.6g norm %.4f ms %.2f tok/s %.0f%s%s\n", lr, grad_norm, ms, tok_per_s,
+                     note.empty() ? "" : " ", note.c_str());
         flush();
     }
 

@@ -25,10 +25,15 @@ constexpr uint32_t TOKENIZER_VERSION = 2;
 struct Tokenizer {
     uint32_t vocab_size = 0;
     uint32_t eot_token = 0;
-    std::vector<std::string> tokens;  // (vocab_size) token id -> its bytes
 
+    // Every count in the header is checked against the file's size before it sizes anything: each token takes
+    // at least 2 bytes (its length byte and 1..255 bytes, as llm.c requires), so a header asking for more tokens
+    // than the file can hold is refused at once. The file is kept as read, with the position of every 16th
+    // token: a lookup walks at most 15 length bytes, and the tokenizer costs its file's size plus V/4 bytes.
     static Tokenizer load(const std::string& path) {
-        const std::string data = read_file(path);  // parse from memory: one place to check every length
+        Tokenizer t;
+        t.data_ = read_file(path);  // parse from memory: one place to check every length
+        const std::string& data = t.data_;
         uint32_t header[256];
         if (data.size() < sizeof header)
             fail("%s: truncated header (%zu bytes, expected %zu)", path.c_str(), data.size(), sizeof header);
@@ -37,19 +42,23 @@ struct Tokenizer {
             fail("%s: bad magic %u (expected %u: not an llm.c tokenizer file)", path.c_str(), header[0], TOKENIZER_MAGIC);
         if (header[1] != 1 && header[1] != 2)
             fail("%s: unsupported version %u (expected 1 or 2)", path.c_str(), header[1]);
-        Tokenizer t;
         t.vocab_size = header[2];
         t.eot_token = header[1] == 1 ? 50256u : header[3];  // version 1 predates the EOT field; GPT-2's is 50256
         if (t.vocab_size == 0 || t.eot_token >= t.vocab_size)
             fail("%s: bad header: vocab size %u, EOT token %u", path.c_str(), t.vocab_size, t.eot_token);
+        const size_t body = data.size() - sizeof header;
+        if (t.vocab_size > body / 2)
+            fail("%s: truncated: the header says %u tokens, the %zu bytes after it hold at most %zu", path.c_str(),
+                 t.vocab_size, body, body / 2);
+        t.every16_.reserve(t.vocab_size / 16 + 1);
         size_t pos = sizeof header;
-        t.tokens.reserve(t.vocab_size);
         for (uint32_t id = 0; id < t.vocab_size; id++) {
+            if (id % 16 == 0) t.every16_.push_back(pos);
             if (pos >= data.size()) fail("%s: truncated: ends at token %u of %u", path.c_str(), id, t.vocab_size);
-            const size_t len = static_cast<unsigned char>(data[pos++]);
-            if (pos + len > data.size()) fail("%s: truncated: ends inside token %u", path.c_str(), id);
-            t.tokens.emplace_back(data, pos, len);
-            pos += len;
+            const size_t len = static_cast<unsigned char>(data[pos]);
+            if (len == 0) fail("%s: token %u has length 0 (the format allows 1..255)", path.c_str(), id);
+            if (pos + 1 + len > data.size()) fail("%s: truncated: ends inside token %u", path.c_str(), id);
+            pos += 1 + len;
         }
         if (pos != data.size()) fail("%s: %zu trailing bytes after the last token", path.c_str(), data.size() - pos);
         return t;
@@ -57,7 +66,9 @@ struct Tokenizer {
 
     std::string decode(int id) const {
         if (id < 0 || static_cast<uint32_t>(id) >= vocab_size) fail("token id %d out of range [0, %u)", id, vocab_size);
-        return tokens[id];
+        size_t pos = every16_[id / 16];
+        for (int k = 0; k < id % 16; k++) pos += 1 + static_cast<unsigned char>(data_[pos]);
+        return data_.substr(pos + 1, static_cast<unsigned char>(data_[pos]));
     }
 
     std::string decode(const std::vector<int>& ids) const {
@@ -65,6 +76,10 @@ struct Tokenizer {
         for (int id : ids) out += decode(id);
         return out;
     }
+
+private:
+    std::string data_;             // the file: header, then each token's length byte and bytes
+    std::vector<size_t> every16_;  // where tokens 0, 16, 32, ... start in data_
 };
 
 // Writes a vocabulary as an llm.c tokenizer file (version 2), atomically. Vocab is our BPE (llmc/bpe.h) or

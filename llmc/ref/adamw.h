@@ -4,6 +4,7 @@
 //   mhat = m / (1 - b1^t)        vhat = v / (1 - b2^t)           (t = 1 on the first step)
 //   p -= lr (mhat / (sqrt(vhat) + eps) + wd p)                   (wd only on tensors parameter_decays(i))
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -49,12 +50,25 @@ void adamw_update(std::vector<S>& params, const std::vector<S>& grads, std::vect
     adamw_update(params.data(), grads.data(), m.data(), v.data(), cfg, hp, t);
 }
 
-// sqrt(sum of g^2) over every gradient, summed in double so that millions of terms lose nothing.
+// sqrt(sum of g^2) over every gradient, summed in double so that millions of terms lose nothing. The sum is
+// cut into fixed blocks whose partial sums are added in block order, so the result has the same bits for any
+// number of threads (an OpenMP reduction adds the threads' partials in whatever order they finish): a run
+// resumed on another machine, or beside other work, clips by exactly the same norm.
+constexpr size_t NORM_BLOCK = 1 << 14;
+
 template <class S>
 S global_grad_norm(const S* grads, size_t n) {
+    const long blocks = (long)((n + NORM_BLOCK - 1) / NORM_BLOCK);
+    std::vector<double> partial(blocks, 0.0);
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < blocks; b++) {
+        const size_t end = std::min(n, (size_t)(b + 1) * NORM_BLOCK);
+        double s = 0.0;
+        for (size_t i = (size_t)b * NORM_BLOCK; i < end; i++) s += (double)grads[i] * (double)grads[i];
+        partial[b] = s;
+    }
     double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum)
-    for (long i = 0; i < (long)n; i++) sum += (double)grads[i] * (double)grads[i];
+    for (double s : partial) sum += s;
     return (S)std::sqrt(sum);
 }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -12,7 +13,9 @@
 
 #include "llmc/dataloader.h"
 #include "llmc/torch_rng.h"
+#include "test/cpu/alloc_watch.h"
 #include "test/cpu/data_helpers.h"
+#include "test/cpu/seed.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::testing;
@@ -54,7 +57,7 @@ std::string shard_bytes(int32_t magic, int32_t version, int32_t count, const std
 
 TEST_CASE("dataloader: batches are consecutive windows; targets are inputs shifted by one; epochs wrap") {
     TempDir d;
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("dataloader: batches", 101));
     const int B = 3, T = 7;                 // B*T = 21: not a divisor of the shard size below
     const size_t N = 21 * 5 + 1 + rng() % 20;  // 5 full batches, plus 0..19 leftover tokens
     const std::vector<uint16_t> tok = random_tokens(N, rng);
@@ -83,7 +86,7 @@ TEST_CASE("dataloader: batches are consecutive windows; targets are inputs shift
 
 TEST_CASE("dataloader: a glob reads several shards in sorted order") {
     TempDir d;
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("dataloader: glob", 102));
     const int B = 2, T = 4;
     const std::vector<uint16_t> a = random_tokens(8 * 3 + 1, rng), b = random_tokens(8 * 2 + 5, rng);
     write_token_file(d / "shard_001.bin", b);  // written out of order on purpose
@@ -107,7 +110,7 @@ TEST_CASE("dataloader: a glob reads several shards in sorted order") {
 
 TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") {
     TempDir d;
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("dataloader: shuffle", 103));
     const int B = 2, T = 3;
     write_token_file(d / "s_0.bin", random_tokens(6 * 20 + 1, rng));
     write_token_file(d / "s_1.bin", random_tokens(6 * 15 + 3, rng));
@@ -155,7 +158,7 @@ TEST_CASE("dataloader: shuffling is a per-epoch permutation fixed by the seed") 
 
 TEST_CASE("dataloader: state() then restore() resumes on exactly the next batch") {
     TempDir d;
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("dataloader: restore", 104));
     const int B = 2, T = 5;
     write_token_file(d / "r_0.bin", random_tokens(10 * 7 + 1, rng));
     write_token_file(d / "r_1.bin", random_tokens(10 * 4 + 9, rng));
@@ -190,7 +193,7 @@ TEST_CASE("dataloader: state() then restore() resumes on exactly the next batch"
 
 TEST_CASE("dataloader: every bad input is an Error naming the file") {
     TempDir d;
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("dataloader: bad input", 105));
     const std::vector<uint16_t> tok = random_tokens(200, rng, 1000);
     struct Case {
         const char* name;
@@ -252,4 +255,103 @@ TEST_CASE("val_batch_size: B sequences for -m N (llm.c's val batch), nearly the 
     CHECK(val_batch_size(10, 16, -1) == 10);
     CHECK(val_batch_size(1, 16, -1) == 1);
     CHECK(val_batch_size(7, 2, -1) == 1);     // 3 x 2 = 6 of 7 (86%): one at a time reads all 7
+}
+
+TEST_CASE("dataloader: a header's token count is checked against the file's size before anything is allocated") {
+    TempDir d;
+    const std::vector<uint16_t> tok(200, 7);
+    // a 1.4 KiB file whose header claims 2^31 - 1 tokens (4 GiB): refused, having allocated about nothing
+    write_bytes(d / "huge.bin", shard_bytes(20240520, 1, INT32_MAX, tok));
+    alloc_reset();
+    const std::string msg = error_of([&] { read_token_file(d / "huge.bin"); });
+    CHECK(contains(msg, "truncated: header says 2147483647 tokens, file holds 200"));
+    CHECK(alloc_largest() < (1u << 16));
+    // a correct file allocates its tokens once: 2 bytes per token, not more
+    write_token_file(d / "ok.bin", tok);
+    alloc_reset();
+    CHECK(read_token_file(d / "ok.bin") == tok);
+    CHECK(alloc_largest() <= tok.size() * 2 + 1024);
+}
+
+TEST_CASE("dataloader: a shard that changes during the run is an Error when it is read again, never read past its end") {
+    TempDir d;
+    std::mt19937 rng((uint32_t)test_seed("dataloader: changed shard", 108));
+    const int B = 2, T = 4;  // 8 tokens a batch
+    const std::vector<uint16_t> a = random_tokens(8 * 3 + 1, rng), b = random_tokens(8 * 4 + 1, rng);
+    write_token_file(d / "c_0.bin", a);
+    write_token_file(d / "c_1.bin", b);
+    for (int kind = 0; kind < 2; kind++) {
+        CAPTURE(kind);
+        DataLoader dl(d / "c_*.bin", B, T);
+        take(dl, 2);  // inside shard 0 (its 3rd batch moves the loader on, reading shard 1 again)
+        std::vector<uint16_t> changed = b;
+        if (kind == 0) changed.resize(9);  // cut: 1 batch where the loader counted 4
+        else changed[5] ^= 1;              // same size, one token different
+        write_token_file(d / "c_1.bin", changed);
+        const std::string msg = error_of([&] { take(dl, 1); });
+        CHECK(contains(msg, d / "c_1.bin"));
+        CHECK(contains(msg, "changed during the run"));
+        write_token_file(d / "c_1.bin", b);
+    }
+    // unchanged, the same walk reads every batch of both shards and wraps
+    DataLoader dl(d / "c_*.bin", B, T);
+    CHECK(take(dl, 8).back() == expected_batch(a, 0, B, T).first);
+}
+
+TEST_CASE("dataloader: restore bounds every field; batches_read counts from epoch 0") {
+    TempDir d;
+    std::mt19937 rng((uint32_t)test_seed("dataloader: restore bounds", 109));
+    const int B = 2, T = 5;
+    write_token_file(d / "r_0.bin", random_tokens(10 * 7 + 1, rng));
+    write_token_file(d / "r_1.bin", random_tokens(10 * 4 + 9, rng));  // 11 batches per epoch
+    for (bool shuffle : {false, true}) {
+        CAPTURE(shuffle);
+        DataLoader dl(d / "r_*.bin", B, T, shuffle, 5);
+        const size_t n = (size_t)(rng() % 40);
+        take(dl, n);
+        CHECK(dl.batches_read() == n);
+        const DataLoaderState s = dl.state();
+        DataLoader other(d / "r_*.bin", B, T, shuffle, 5);
+        other.restore(s);
+        CHECK(other.batches_read() == n);
+        // an epoch a replay cannot reach in reasonable time is refused at once, not replayed
+        DataLoaderState huge = s;
+        huge.epoch = shuffle ? DataLoader::MAX_REPLAY_DRAWS : (1ull << 41);
+        const auto t0 = std::chrono::steady_clock::now();
+        CHECK(contains(error_of([&] { other.restore(huge); }), "epoch"));
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+        DataLoaderState bad = s;
+        bad.shard_pos = 2;
+        CHECK(contains(error_of([&] { other.restore(bad); }), "shard position 2 out of range"));
+        bad = s, bad.num_shards = 3;
+        CHECK(contains(error_of([&] { other.restore(bad); }), "3 shards"));
+        bad = s, bad.batch_pos = 7;  // shard 0 has 7 batches, shard 1 has 4: position 7 is past either
+        bad.shard_pos = 0;
+        CHECK(contains(error_of([&] { other.restore(bad); }), "batch position 7 out of range"));
+        bad = s, bad.seed = 6;
+        CHECK(contains(error_of([&] { other.restore(bad); }), "seed"));
+    }
+    // unshuffled, a far epoch is a jump: the same batches as epoch 0, at once
+    DataLoader plain(d / "r_*.bin", B, T);
+    const auto first = take(plain, 11);
+    DataLoaderState far = plain.state();
+    far.epoch = 1000000000ull;
+    plain.restore(far);
+    CHECK(take(plain, 11) == first);
+}
+
+TEST_CASE("dataloader: fingerprint is the tokens' identity, not the files' names") {
+    TempDir d;
+    std::mt19937 rng((uint32_t)test_seed("dataloader: fingerprint", 110));
+    const std::vector<uint16_t> tok = random_tokens(300, rng);
+    write_token_file(d / "a.bin", tok);
+    write_token_file(d / "renamed.bin", tok);
+    std::vector<uint16_t> edited = tok;
+    edited[150] = (uint16_t)((edited[150] + 1) % 50257);
+    write_token_file(d / "edited.bin", edited);
+    const std::string fa = DataLoader(d / "a.bin", 2, 8).fingerprint();
+    CHECK(contains(fa, "1 file(s), 300 tokens, crc32c "));
+    CHECK(DataLoader(d / "renamed.bin", 2, 8).fingerprint() == fa);
+    CHECK(DataLoader(d / "edited.bin", 2, 8).fingerprint() != fa);
+    CHECK(DataLoader(d / "a.bin", 3, 8).fingerprint() == fa);  // the batch shape is not the data
 }

@@ -12,6 +12,7 @@
 
 #include "llmc/ref/ref.h"
 #include "test/cpu/ref_check.h"
+#include "test/cpu/seed.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::test;
@@ -23,7 +24,7 @@ constexpr double FWD_TOL = 1e-12;
 }  // namespace
 
 TEST_CASE("ref encoder: forward gathers wte+wpe, backward matches finite differences") {
-    Rng rng(101);
+    Rng rng(flashgpt2::testing::test_seed("ref encoder", 101));
     const int maxT = 7;
     vector<double> wte = random_vec(Vp * C, rng), wpe = random_vec(maxT * C, rng), R = random_vec(N * C, rng);
     vector<int> inp = random_tokens(N, V, rng);
@@ -66,7 +67,7 @@ TEST_CASE("ref encoder: forward gathers wte+wpe, backward matches finite differe
 }
 
 TEST_CASE("ref layernorm: forward normalizes, backward matches finite differences") {
-    Rng rng(202);
+    Rng rng(flashgpt2::testing::test_seed("ref layernorm", 202));
     vector<double> x = random_vec(N * C, rng, 0.5, 2.0), w = random_vec(C, rng, 1.0, 0.3), b = random_vec(C, rng);
     vector<double> R = random_vec(N * C, rng);
     auto out = nan_vec<double>(N * C), mean = nan_vec<double>(N), rstd = nan_vec<double>(N);
@@ -97,7 +98,7 @@ TEST_CASE("ref layernorm: forward normalizes, backward matches finite difference
 }
 
 TEST_CASE("ref matmul: forward is inp @ w^T + bias, backward matches finite differences") {
-    Rng rng(303);
+    Rng rng(flashgpt2::testing::test_seed("ref matmul", 303));
     // OC < N and OC > N: the two ways matmul_forward splits its work between threads
     for (int OC : {7, 17})
     for (bool with_bias : {true, false}) {
@@ -129,7 +130,7 @@ TEST_CASE("ref matmul: forward is inp @ w^T + bias, backward matches finite diff
 }
 
 TEST_CASE("ref attention: forward is causal softmax(QK^T/sqrt(HS)) V, backward matches finite differences") {
-    Rng rng(404);
+    Rng rng(flashgpt2::testing::test_seed("ref attention", 404));
     const int HS = C / NH;
     vector<double> qkv = random_vec(N * 3 * C, rng), R = random_vec(N * C, rng);
     auto out = nan_vec<double>(N * C), preatt = nan_vec<double>(B * NH * T * T), att = nan_vec<double>(B * NH * T * T);
@@ -185,7 +186,7 @@ TEST_CASE("ref attention: forward is causal softmax(QK^T/sqrt(HS)) V, backward m
 }
 
 TEST_CASE("ref gelu: known values, backward matches finite differences") {
-    Rng rng(505);
+    Rng rng(flashgpt2::testing::test_seed("ref gelu", 505));
     // GELU's tanh formula at 0, 1 and -2, evaluated independently with Python's math module in double
     const double xs[3] = {0.0, 1.0, -2.0}, want[3] = {0.0, 0.8411919906082768, -0.04540230591222494}, *px = xs;
     double got[3];
@@ -204,7 +205,7 @@ TEST_CASE("ref gelu: known values, backward matches finite differences") {
 }
 
 TEST_CASE("ref residual: forward adds, backward matches finite differences") {
-    Rng rng(606);
+    Rng rng(flashgpt2::testing::test_seed("ref residual", 606));
     const int M = 29;
     vector<double> a = random_vec(M, rng), b = random_vec(M, rng), R = random_vec(M, rng);
     auto out = nan_vec<double>(M);
@@ -222,7 +223,7 @@ TEST_CASE("ref residual: forward adds, backward matches finite differences") {
 }
 
 TEST_CASE("ref crossentropy+softmax: probabilities, loss, backward vs finite differences, padding ignored") {
-    Rng rng(707);
+    Rng rng(flashgpt2::testing::test_seed("ref crossentropy", 707));
     vector<double> logits = random_vec(N * Vp, rng, 0.3, 2.0);
     for (int n = 0; n < N; n++)
         for (int i = V; i < Vp; i++) logits[n * Vp + i] = 50.0 + i;  // padding: huge, must be ignored

@@ -6,9 +6,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <omp.h>
+#include <set>
+#include <string>
 
 #include "llmc/ref/ref.h"
 #include "test/cpu/ref_check.h"
+#include "test/cpu/seed.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::test;
@@ -37,7 +41,7 @@ vector<size_t> sample_indices(size_t begin, size_t end, size_t k, Rng& rng) {
 TEST_CASE("ref GPT2: the gradient of the loss matches finite differences for all 16 tensors") {
     const GPT2Config cfg = tiny_config();
     const int B = 2, T = 5;
-    Rng rng(1234);
+    Rng rng(flashgpt2::testing::test_seed("ref GPT2: gradient vs finite differences", 1234));
     ref::GPT2<double> model(cfg);
     // Weights far larger than GPT-2's init, so that every path (attention, GELU's curve, layernorm gains)
     // carries a gradient of order one; shifted from zero mean like every input here.
@@ -76,7 +80,7 @@ TEST_CASE("ref GPT2: float and double instantiations agree") {
     cfg.max_seq_len = 24, cfg.vocab_size = 101, cfg.padded_vocab_size = 128, cfg.num_layers = 2,
     cfg.num_heads = 3, cfg.channels = 36;
     const int B = 3, T = 19;
-    Rng rng(99);
+    Rng rng(flashgpt2::testing::test_seed("ref GPT2: float vs double", 99));
     ref::GPT2<double> md(cfg);
     ref::GPT2<float> mf(cfg);
     md.init_random(7);
@@ -157,7 +161,7 @@ TEST_CASE("ref GPT2: init_random follows GPT-2's initialization, draws as llm.c,
     CHECK(head(p[QKVW] + 3 * C * C) == first16(VC + sizes[WPE] + layer, 0.02f));  // layer 1
     CHECK(head(p[FCPROJW] + 4 * C * C) == first16(VC + sizes[WPE] + layer + 8 * C * C, 0.02f * (1.0f / sqrtf(2.0f * L))));
     // small weights give near-uniform predictions: the loss starts at ln V (GPT-2 124M: ln 50257 ≈ 10.82)
-    Rng rng(5);
+    Rng rng(flashgpt2::testing::test_seed("ref GPT2: init loss inputs", 5));
     vector<int> inp = random_tokens(4 * 16, cfg.vocab_size, rng), tgt = random_tokens(4 * 16, cfg.vocab_size, rng);
     const float loss = m.forward(inp.data(), tgt.data(), 4, 16);
     CHECK(std::abs(loss - std::log((float)cfg.vocab_size)) <= 0.05f);
@@ -217,6 +221,79 @@ TEST_CASE("ref AdamW: two steps against a hand computation, decay only on the we
     CHECK_THROWS_WITH_AS(ref::adamw_update(p, g, m, v, cfg, hp, 0), doctest::Contains("start at 1"), Error);
     m.pop_back();
     CHECK_THROWS_WITH_AS(ref::adamw_update(p, g, m, v, cfg, hp, 3), doctest::Contains("29 parameters"), Error);
+}
+
+TEST_CASE("ref AdamW: every element its own gradient, and the decay mask by name, against a scalar AdamW here") {
+    // The test above feeds every element the same gradient, so an update that read one gradient per tensor, or
+    // a decay mask that also decayed the layernorm gains, would pass it. Here each element has its own values,
+    // and the expected update is this test's own double-precision loop over GPT-2's decay rule as written in
+    // GPT-2 / llm.c: the 2-D weight matrices decay; biases, layernorm gains and shifts do not.
+    const std::set<std::string> decayed = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const std::string name = PARAMETER_NAMES[i];
+        CAPTURE(name);
+        CHECK(parameter_decays(i) == (decayed.count(name) == 1));
+    }
+    GPT2Config cfg{3, 5, 8, 2, 1, 4};  // maxT 3, V 5, Vp 8, L 2, NH 1, C 4
+    const size_t n = num_parameters(cfg);
+    Rng rng(flashgpt2::testing::test_seed("ref AdamW: per-element inputs", 31));
+    vector<float> p(n), g(n), m(n), v(n);
+    for (size_t k = 0; k < n; k++) {
+        p[k] = 0.5f + (float)rng.next_normal(), g[k] = 0.2f + (float)rng.next_normal();
+        m[k] = 0.1f * (float)rng.next_normal(), v[k] = 0.05f * rng.next_f32();
+    }
+    ref::AdamW hp;
+    hp.lr = 0.01f, hp.weight_decay = 0.3f;
+    const int t = 3;
+    vector<double> want_p(n), want_m(n), want_v(n), size_p(n), size_m(n);  // size_*: the terms' magnitude
+    const auto sizes = parameter_sizes(cfg);
+    size_t k = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const double wd = decayed.count(PARAMETER_NAMES[i]) ? 0.3 : 0.0;
+        for (size_t j = 0; j < sizes[i]; j++, k++) {
+            want_m[k] = 0.9 * m[k] + 0.1 * g[k];
+            want_v[k] = 0.95 * v[k] + 0.05 * (double)g[k] * g[k];
+            const double mhat = want_m[k] / (1 - std::pow(0.9, t)), vhat = want_v[k] / (1 - std::pow(0.95, t));
+            want_p[k] = p[k] - 0.01 * (mhat / (std::sqrt(vhat) + 1e-8) + wd * p[k]);
+            size_m[k] = 0.9 * std::abs(m[k]) + 0.1 * std::abs(g[k]);
+            size_p[k] = std::abs(p[k]) + 0.01 * (std::abs(mhat) / std::sqrt(vhat) + wd * std::abs(p[k]));
+        }
+    }
+    ref::adamw_update(p, g, m, v, cfg, hp, t);
+    // float arithmetic against double: each result within a few float epsilons (1.2e-7) of its terms' size.
+    // A gradient read from the wrong element moves a parameter by ~1e-3 of its size and a moment by ~100%;
+    // decaying a gain that must not decay moves it by lr * wd = 3e-3 of its size.
+    k = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const std::string name = PARAMETER_NAMES[i];
+        CAPTURE(name);
+        double worst = 0;  // the largest error in the tensor, in float epsilons of the terms' size
+        for (size_t j = 0; j < sizes[i]; j++, k++) {
+            worst = std::max(worst, std::abs(p[k] - want_p[k]) / (1.2e-7 * size_p[k]));
+            worst = std::max(worst, std::abs(m[k] - want_m[k]) / (1.2e-7 * size_m[k]));
+            worst = std::max(worst, std::abs(v[k] - want_v[k]) / (1.2e-7 * want_v[k]));
+        }
+        CHECK(worst <= 8);
+    }
+}
+
+TEST_CASE("ref gradient norm: the same bits for any number of threads") {
+    // In double, where a sum's order shows in the last bits (a float norm rounds most such differences away):
+    // an OpenMP reduction splits the sum by the thread count and adds the partials as threads finish.
+    Rng rng(flashgpt2::testing::test_seed("ref gradient norm: values", 32));
+    vector<double> g(200000);
+    for (double& x : g) x = rng.next_normal();
+    const int threads = omp_get_max_threads();
+    std::vector<double> norms;
+    for (int nt : {1, 2, 3, 7}) {
+        omp_set_num_threads(nt);
+        norms.push_back(ref::global_grad_norm(g));
+    }
+    omp_set_num_threads(threads);
+    for (double x : norms) CHECK(x == norms[0]);
+    double want = 0;  // and it is the norm
+    for (double x : g) want += x * x;
+    CHECK(norms[0] == doctest::Approx(std::sqrt(want)).epsilon(1e-12));
 }
 
 TEST_CASE("ref gradient norm and clipping against a hand computation") {

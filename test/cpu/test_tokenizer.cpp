@@ -12,7 +12,9 @@
 
 #include "llmc/bpe.h"
 #include "llmc/tokenizer.h"
+#include "test/cpu/alloc_watch.h"
 #include "test/cpu/data_helpers.h"
+#include "test/cpu/seed.h"
 
 using namespace flashgpt2;
 using namespace flashgpt2::testing;
@@ -66,7 +68,7 @@ TEST_CASE("tokenizer: random Unicode text round-trips through encode and decode"
     // Fresh random strings each run: code points from ASCII, Latin-1, Cyrillic, CJK and emoji ranges plus
     // whitespace, so every regex branch and many byte-level fallbacks get exercised.
     const BPE& bpe = gpt2_bpe();
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng((uint32_t)test_seed("tokenizer: random Unicode round trip", 107));
     const uint32_t ranges[][2] = {{0x20, 0x7E}, {0xA0, 0xFF}, {0x400, 0x4FF}, {0x4E00, 0x9FFF}, {0x1F300, 0x1F6FF}, {0x9, 0xD}};
     for (int trial = 0; trial < 200; trial++) {
         std::string s;
@@ -141,7 +143,7 @@ TEST_CASE("tokenizer: write_tokenizer_bin then Tokenizer::load round-trips") {
     const Tokenizer t = Tokenizer::load(d / "tok.bin");
     REQUIRE(t.vocab_size == 50257);
     CHECK(t.eot_token == 50256);
-    for (int id = 0; id < 50257; id++) REQUIRE(t.tokens[id] == gpt2_bpe().token_bytes(id));
+    for (int id = 0; id < 50257; id++) REQUIRE(t.decode(id) == gpt2_bpe().token_bytes(id));
     CHECK(!std::filesystem::exists(d / "tok.bin.tmp"));
 }
 
@@ -184,4 +186,23 @@ TEST_CASE("tokenizer: TinyShakespeare encodes well under 10 s on one core") {
     MESSAGE("encoded " << text.size() << " bytes into " << ids.size() << " tokens in " << s << " s");
     CHECK(s < 10.0);
     CHECK(fresh.decode(ids) == text);
+}
+
+TEST_CASE("tokenizer: the header's vocab size is checked against the file's size before anything is allocated") {
+    TempDir d;
+    const std::string body = std::string("\x01" "a" "\x02" "bc", 5);
+    // 2^32 - 1 tokens claimed by a 1029-byte file: refused at once (each token takes at least 2 bytes)
+    write_bytes(d / "huge.bin", bin_header(20240328, 2, 0xFFFFFFFFu, 1) + body);
+    alloc_reset();
+    const std::string msg = error_of([&] { Tokenizer::load(d / "huge.bin"); });
+    CHECK(contains(msg, "the header says 4294967295 tokens, the 5 bytes after it hold at most 2"));
+    CHECK(alloc_largest() < 4096);
+    // a token of length 0 is refused, as llm.c refuses it
+    write_bytes(d / "empty.bin", bin_header(20240328, 2, 2, 1) + std::string("\x00" "\x02" "bc", 4));
+    CHECK(contains(error_of([&] { Tokenizer::load(d / "empty.bin"); }), "token 0 has length 0"));
+    // the real file costs no more than its size in any one allocation
+    const size_t size = read_file("data/gpt2_tokenizer.bin").size();
+    alloc_reset();
+    CHECK(Tokenizer::load("data/gpt2_tokenizer.bin").vocab_size == 50257);
+    CHECK(alloc_largest() <= size + 1);  // the file read once into a string (plus its terminating zero)
 }
