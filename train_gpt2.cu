@@ -31,7 +31,9 @@
 #include "llmc/dataloader.h"        // defines: DataLoader (llm.c's shards, shuffle, resumable position)
 #include "llmc/distributed.h"       // defines: Distributed (NCCL, ZeRO-1), launch_ranks
 #include "llmc/error.h"             // defines: fail, run_main
+#include "llmc/fault.h"             // defines: the test hooks (FLASHGPT2_FAULT)
 #include "llmc/fileio.h"            // defines: write_file_atomic
+#include "llmc/guard.h"             // defines: require_finite, SpikeGuard (the divergence policy)
 #include "llmc/init.h"              // defines: gpt2_initial_weights (llm.c's random init)
 #include "llmc/kernels.h"           // defines: KernelSet, the layer ops, print_kernel_registry
 #include "llmc/kvcache.cuh"         // defines: Decoder (sampling with a KV cache)
@@ -40,6 +42,7 @@
 #include "llmc/peak.h"              // defines: the card's peak FLOP/s (MFU)
 #include "llmc/profile.h"           // defines: LayerProfiler
 #include "llmc/profile_report.h"    // defines: the --compare table
+#include "llmc/run_record.h"        // defines: RunRecord, open_run_dir (what a resume must match)
 #include "llmc/sampler.h"           // defines: Rng, sample_top_k
 #include "llmc/schedule.h"          // defines: lr_cosine
 #include "llmc/tokenizer.h"         // defines: Tokenizer
@@ -198,6 +201,7 @@ inline std::string generate_text(Decoder& dec, const Tokenizer& tok, Rng& rng, c
 struct StepResult {
     float loss = 0.0f, norm = 0.0f, lr = 0.0f;
     double ms = 0.0;
+    SpikeVerdict spike;  // skip: the update was not applied (the loss-spike guard, --spike-z)
 };
 
 struct StepRunner {
@@ -207,9 +211,10 @@ struct StepRunner {
     const Distributed& dist;
     float* losses_pinned = nullptr;  // (grad_accum, B, T) page-locked: loss copies do not stall the host
     std::vector<int> inputs, targets;  // (B, T) this rank's batch when data parallel
+    SpikeGuard guard;                // its state goes into every checkpoint
 
-    StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d)
-        : model(m), loader(l), grad_accum(accum), dist(d) {
+    StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d, float spike_z = 0.0f)
+        : model(m), loader(l), grad_accum(accum), dist(d), guard(spike_z) {
         cudaCheck(cudaMallocHost(&losses_pinned, (size_t)accum * l.B * l.T * sizeof(float)));
     }
     ~StepRunner() { cudaFreeHost(losses_pinned); }
@@ -252,14 +257,23 @@ struct StepRunner {
         r.lr = lr_cosine(step, o.steps, o.lr, o.warmup, o.final_lr_frac);
         std::function<void(float*)> sum_norm2;
         if (dist.active()) sum_norm2 = [this](float* norm2) { dist.all_reduce_sum(norm2, 1, model.stream); };
-        r.norm = model.update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, step + 1, sum_norm2);
-        dist.all_gather(model.params_memory, model.shard_size, model.stream);
-        cudaCheck(cudaStreamSynchronize(model.stream));
-        r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        r.norm = model.grad_norm(sum_norm2);  // waits for the stream: the losses copied above have landed too
         double sum = 0.0;  // fixed order: deterministic
         for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
         r.loss = (float)(dist.sum_host(sum, model.stream) / ((double)grad_accum * N * dist.world));
-        if (!std::isfinite(r.loss)) fail("step %d: the training loss is %f: the run diverged (try a lower -l)", step, r.loss);
+        // the divergence policy (llmc/guard.h): a non-finite loss or norm stops the run before the update
+        r.loss = fault_value("spike-loss", step, fault_value("nan-loss", step, r.loss));
+        require_finite(step, "training loss", r.loss);
+        r.norm = fault_value("nan-norm", step, r.norm);
+        require_finite(step, "gradient norm", r.norm);
+        fault_point(step);
+        r.spike = guard.check(r.loss);
+        if (!r.spike.skip) {
+            model.apply_update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, r.norm, step + 1);
+            dist.all_gather(model.params_memory, model.shard_size, model.stream);
+        }
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         return r;
     }
 };
@@ -275,6 +289,29 @@ struct TrainResult {
     double mean_ms = 0.0, tok_per_s = 0.0, mfu = 0.0;
     size_t peak_memory = 0, allocated = 0;
 };
+
+// Every setting that shapes this run's trajectory, for DIR/run_settings.txt (llmc/run_record.h): a --resume must
+// match each one. (The val split is not in it: it changes what is reported, not what is trained.)
+inline RunRecord run_record(const TrainOptions& o, const GPT2Config& cfg, const DataLoader& train_loader,
+                            int tokens_per_step, int world) {
+    RunRecord r;
+    r.set("trainer", std::string("train_gpt2cu (GPU, ") + PRECISION_NAME + ")");
+    r.set("kernels", o.kernels.str());
+    r.set("model", config_str(cfg));
+    char init[160];
+    if (config_from_depth(o.init)) snprintf(init, sizeof init, "random %s (seed %llu)", o.init.c_str(), o.seed);
+    else snprintf(init, sizeof init, "checkpoint %s", o.init.c_str());
+    r.set("init", std::string(init));
+    r.set("train_data", train_loader.fingerprint());
+    r.set("batch", (long long)o.B), r.set("seq_len", (long long)o.T), r.set("total_batch", (long long)tokens_per_step);
+    r.set("num_gpus", (long long)world), r.set("steps", (long long)o.steps);
+    r.set("lr", (double)o.lr), r.set("warmup", (long long)o.warmup), r.set("final_lr_frac", (double)o.final_lr_frac);
+    r.set("schedule", std::string("linear warm-up, cosine decay (llmc/schedule.h)"));
+    r.set("adamw", std::string("beta1 0.9 beta2 0.95 eps 1e-08"));
+    r.set("weight_decay", (double)o.weight_decay), r.set("grad_clip", (double)o.grad_clip);
+    r.set("spike_z", (double)o.spike_z), r.set("seed", (long long)o.seed);
+    return r;
+}
 
 // Micro-batches per step: the (global) total batch over W GPUs' B*T each.
 inline int grad_accum_steps(const TrainOptions& o, int world = 1) {
@@ -320,7 +357,17 @@ inline TrainResult train(const TrainOptions& o) {
         val_loader.emplace(o.val_glob, Bv, Tv, false, 0, cfg.vocab_size);
     }
     std::optional<Tokenizer> tokenizer;
-    if (o.sample_every > 0 && dist.is_main()) tokenizer = Tokenizer::load(o.tokenizer);
+    if (o.sample_every > 0 && dist.is_main()) {
+        tokenizer = Tokenizer::load(o.tokenizer);
+        if ((int)tokenizer->vocab_size > cfg.vocab_size)
+            fail("%s: %u tokens, more than the model's vocab %d: samples could not be printed (--tokenizer, or -s 0)",
+                 o.tokenizer.c_str(), tokenizer->vocab_size, cfg.vocab_size);
+    }
+    // the output directory: a fresh run refuses another run's checkpoints (--overwrite deletes them), a resume
+    // refuses other settings (llmc/run_record.h); rank 0 decides, every rank waits for it
+    if (dist.is_main()) open_run_dir(o.out_dir, run_record(o, cfg, train_loader, tokens_per_step, dist.world), o.resume,
+                                     o.overwrite);
+    dist.barrier(nullptr);
 
     // 3. the model on the GPU
     cudaDeviceProp prop;
@@ -328,14 +375,24 @@ inline TrainResult train(const TrainOptions& o) {
     GPT2Model model(cfg, o.kernels, o.B, o.T, dist.world, dist.rank);
     Rng rng(o.seed + 1);  // sampling (a generator of its own: init and data order are llm.c's streams)
     int first_step = 0;
+    TrainState resumed;
     if (o.resume) {
-        load_model_file(resume_model, model);
-        const TrainState st = load_state_file(state_path(o.out_dir, resume_step, dist.rank, dist.world), model);
+        load_model_file(resume_model, model, /*require_checksum=*/true);
+        const std::string state_file = state_path(o.out_dir, resume_step, dist.rank, dist.world);
+        resumed = load_state_file(state_file, model);
+        const TrainState& st = resumed;
         if (st.B != o.B || st.T != o.T || st.total_batch != (int64_t)tokens_per_step)
             fail("--resume: the checkpoint was trained with -b %lld -t %lld -d %lld; resume with the same values "
                  "(got -b %d -t %d -d %d)", (long long)st.B, (long long)st.T, (long long)st.total_batch, o.B, o.T,
                  tokens_per_step);
-        train_loader.restore(st.loader);
+        if (st.step >= o.steps)
+            fail("--resume: the checkpoint is at step %lld and -x asks for %d steps: nothing to do (raise -x)",
+                 (long long)st.step, o.steps);
+        train_loader.restore(st.loader, state_file);
+        if (train_loader.batches_read() != (uint64_t)st.step * grad_accum * dist.world)
+            fail("%s: its data position (%llu batches read) is not where %lld steps of %d batches leave it",
+                 state_file.c_str(), (unsigned long long)train_loader.batches_read(), (long long)st.step,
+                 grad_accum * dist.world);
         rng.state = st.rng_state;
         first_step = (int)st.step;
     } else {
@@ -379,7 +436,8 @@ inline TrainResult train(const TrainOptions& o) {
     // 4. the loop: at step s the model has had s updates; evaluate, sample, checkpoint, then train step s.
     TrainResult res;
     res.first_step = first_step;
-    StepRunner runner(model, train_loader, grad_accum, dist);
+    StepRunner runner(model, train_loader, grad_accum, dist, o.spike_z);
+    if (o.resume) runner.guard.state = resumed.guard;
     double timed_ms = 0.0;
     int timed_steps = 0;
     LayerProfiler prof;  // --profile-steps N: the last N steps, by layer
@@ -391,7 +449,8 @@ inline TrainResult train(const TrainOptions& o) {
         const bool last = step == o.steps;
         std::optional<float> val;
         if (val_loader && (step % o.val_every == 0 || last)) {
-            val = evaluate(model, *val_loader, o.val_max_batches, dist);
+            val = fault_value("nan-val", step, evaluate(model, *val_loader, o.val_max_batches, dist));
+            require_finite(step, "validation loss", *val);
             res.val_losses.push_back({step, *val});
             if (!quiet) printf("step %4d/%d | val loss %.6f\n", step, o.steps, *val);
         }
@@ -407,7 +466,7 @@ inline TrainResult train(const TrainOptions& o) {
         if (periodic || (last && o.checkpoint_every >= 0 && step > first_step)) {
             TrainState st;
             st.step = step, st.rng_state = rng.state, st.B = o.B, st.T = o.T, st.total_batch = tokens_per_step;
-            st.seed = o.seed, st.loader = train_loader.state();
+            st.seed = o.seed, st.loader = train_loader.state(), st.guard = runner.guard.state;
             save_checkpoint_cuda(o.out_dir, model, st, dist);
             if (!quiet) printf("checkpoint: %s\n", checkpoint_path(o.out_dir, "model", step).c_str());
         }
@@ -429,13 +488,16 @@ inline TrainResult train(const TrainOptions& o) {
             timed_ms += r.ms;
             timed_steps++;
         }
-        log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s);
+        char note[64] = "";
+        if (r.spike.skip) snprintf(note, sizeof note, "skipped lossz %.2f", r.spike.z);
+        log.log_step(step, r.loss, val, r.lr, r.norm, r.ms, tok_s, note);
         if (!quiet) {
             const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
             const double eta = elapsed / (step + 1 - first_step) * (o.steps - step - 1);  // at this run's pace so far
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s | %s elapsed, "
-                   "ETA %s\n", step + 1, o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s,
-                   duration_str(elapsed).c_str(), duration_str(eta).c_str());
+                   "ETA %s%s\n", step + 1, o.steps, r.loss, r.norm, r.lr, r.ms, 100.0 * fpt * tok_s / peak, tok_s,
+                   duration_str(elapsed).c_str(), duration_str(eta).c_str(),
+                   r.spike.skip ? (" | update skipped: loss z-score " + std::to_string(r.spike.z)).c_str() : "");
         }
         fflush(stdout);
     }

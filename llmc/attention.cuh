@@ -112,6 +112,13 @@ inline void attention_check_shape(Variant v, AttnEngine engine, int C, int NH) {
         for (Pass pass : {Pass::forward, Pass::backward}) attention_engine(engine, pass, C / NH);
 }
 
+// The flash kernels put the B*NH heads in gridDim.y, which holds at most 65,535.
+inline void attention_check_heads(int B, int NH) {
+    if ((long long)B * NH > 65535)
+        fail("attention_flash: B*NH = %lld heads, more than the 65,535 the flash kernels' grid takes: lower -b",
+             (long long)B * NH);
+}
+
 inline size_t attention_saved_bytes(Variant v, int B, int T, int NH) {
     return v == Variant::naive ? (size_t)B * NH * T * T * sizeof(floatX)  // P (B,NH,T,T)
                                : (size_t)B * NH * T * sizeof(float);      // lse (B,NH,T)
@@ -283,6 +290,7 @@ inline void attention_backward_naive(floatX* dqkv, void* ws, const floatX* dout,
 inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
                                     AttnEngine engine, cudaStream_t stream) {
     if (NH <= 0 || C % NH != 0) fail("attention: channels %d are not divisible by heads %d", C, NH);
+    attention_check_heads(B, NH);
     const int HS = C / NH;
     switch (attention_engine(engine, Pass::forward, HS)) {
 #if !defined(ENABLE_FP32)
@@ -305,6 +313,7 @@ inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout,
                                      const float* lse, int B, int T, int C, int NH, AttnEngine engine,
                                      cudaStream_t stream) {
     if (NH <= 0 || C % NH != 0) fail("attention: channels %d are not divisible by heads %d", C, NH);
+    attention_check_heads(B, NH);
     const int HS = C / NH;
     float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));  // rowsum(dO * O)
     switch (attention_engine(engine, Pass::backward, HS)) {  // each computes D itself, then dQ, dK, dV

@@ -183,6 +183,7 @@ struct GPT2Model {
         if (T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", T, cfg.max_seq_len);
         if ((size_t)B * T > (size_t)INT_MAX) fail("-b/-t: B*T = %zu positions is more than the kernels index (2^31)", (size_t)B * T);
         check_kernel_support(ks, cfg.channels, cfg.num_heads);
+        if (ks.flash(Layer::attention)) attention_check_heads(B, cfg.num_heads);  // before anything is allocated
         num_params = num_parameters(cfg);
         layout = ParamLayout::gpt2(cfg);
         if (num_shards < 1 || shard_rank < 0 || shard_rank >= num_shards)
@@ -231,11 +232,20 @@ struct GPT2Model {
     void losses_to_host_async(float* pinned) const {
         cudaCheck(cudaMemcpyAsync(pinned, acts.losses, (size_t)fwd_B * fwd_T * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
-    // grad norm (before clipping) -> clip -> AdamW step t (from 1) on this replica's slice; returns the norm.
-    // Sharded (ZeRO-1), the norm is over the slice's gradients; sum_norm2, when given, turns that squared norm
-    // (one device float, on `stream`) into the global one (an all-reduce over the replicas).
+    // The optimizer step in two halves, so that a trainer can look at the norm (and the loss) before anything is
+    // applied (llmc/guard.h). grad_norm: the gradients' global norm before clipping; waits for the stream.
+    // Sharded (ZeRO-1), it is over the slice's gradients; sum_norm2, when given, turns that squared norm (one
+    // device float, on `stream`) into the global one (an all-reduce over the replicas). apply_update: clip by that
+    // norm, then AdamW step t (from 1) on this replica's slice. update(): both.
+    float grad_norm(const std::function<void(float* norm2)>& sum_norm2 = nullptr);
+    void apply_update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, float norm,
+                      int t);
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
-                 const std::function<void(float* norm2)>& sum_norm2 = nullptr);
+                 const std::function<void(float* norm2)>& sum_norm2 = nullptr) {
+        const float norm = grad_norm(sum_norm2);
+        apply_update(lr, beta1, beta2, eps, weight_decay, grad_clip, norm, t);
+        return norm;
+    }
 
     // What every layer op gets: this model's kernels, stream, workspace and profiler.
     OpContext ops() const { return OpContext{ks, stream, ws, prof}; }
@@ -446,20 +456,21 @@ inline void GPT2Model::backward() {
 // ---------------------------------------------------------------------------------------------------------
 // The optimizer step: global gradient norm (deterministic), clip factor, AdamW on every tensor of this
 // replica's slice (all of them when not sharded: shard_layout is then the layout itself).
-inline float GPT2Model::update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip,
-                               int t, const std::function<void(float* norm2)>& sum_norm2) {
-    const OpContext ctx = ops();
-    global_norm_squared(ctx, norm2, grads_memory + shard_begin, shard_layout);
+inline float GPT2Model::grad_norm(const std::function<void(float* norm2)>& sum_norm2) {
+    global_norm_squared(ops(), norm2, grads_memory + shard_begin, shard_layout);
     if (sum_norm2) sum_norm2(norm2);
     float norm2_host = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm2_host, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
-    const float norm = std::sqrt(norm2_host);
+    return std::sqrt(norm2_host);
+}
+
+inline void GPT2Model::apply_update(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                    float grad_clip, float norm, int t) {
     AdamWHyper hp;
     hp.lr = lr, hp.beta1 = beta1, hp.beta2 = beta2, hp.eps = eps, hp.weight_decay = weight_decay, hp.t = t;
     hp.grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;  // llm.c's clipping rule
-    adamw_update(ctx, master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp);
-    return norm;
+    adamw_update(ops(), master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp);
 }
 
 }  // namespace flashgpt2

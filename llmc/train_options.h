@@ -6,7 +6,9 @@
 // Bad input throws flashgpt2::Error with the flag's name, so main() prints one line and exits 1.
 // The defaults are recipe R1 (README / shared anchors): GPT-2 124M from scratch on TinyShakespeare.
 #pragma once
+#include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +45,8 @@ struct TrainOptions {
     int checkpoint_every = 0;      // checkpoint every N steps; 0 = only at the end; -1 = never
     std::string out_dir = "log";   // checkpoints and the log file go here
     bool resume = false;           // continue from the newest complete checkpoint in out_dir
+    bool overwrite = false;        // a fresh run may delete the checkpoints another run left in out_dir
+    float spike_z = 0.0f;          // skip an update whose loss z-score exceeds this (llmc/guard.h); 0 = never
     unsigned long long seed = 42;  // model init and data order (as llm.c draws them), sampling
     KernelSet kernels = KernelSet::all(Variant::flash);
     bool list_kernels = false;
@@ -81,6 +85,7 @@ inline void print_help(FILE* f) {
             "  -q FRAC        cosine decays to FRAC * LR at the last step [%g]\n"
             "  -c WD          weight decay                               [%g]\n"
             "  --grad-clip G  clip the global grad norm to G (0 = off)   [%g]\n"
+            "  (a NaN or infinite loss, gradient norm or val loss stops the run before the update; exit 1)\n"
             "evaluation, sampling, checkpoints:\n"
             "  -v N           val loss every N steps (0 = never)         [%d]\n"
             "  -m N           val batches of B sequences per evaluation, as llm.c (-1 = the whole val split) [%d]\n"
@@ -90,7 +95,11 @@ inline void print_help(FILE* f) {
             "  --temperature X  sampling temperature (0 = greedy)        [%g]\n"
             "  -n N           checkpoint every N steps (0 = only at the end, -1 = never) [%d]\n"
             "  -o DIR         output directory: checkpoints, main.log    [%s]\n"
-            "  --resume       continue bit-exactly from the newest complete checkpoint in DIR\n"
+            "  --resume       continue bit-exactly from the newest complete checkpoint in DIR (every setting must match\n"
+            "                 the run's DIR/run_settings.txt; what differs is listed)\n"
+            "  --overwrite    a fresh run in a DIR that holds another run's checkpoints deletes them (else refused)\n"
+            "  --spike-z Z    skip the update of a step whose loss z-score over the last 64 steps exceeds Z, and say\n"
+            "                 so on the step line and in main.log (llm.c's outlier detector; 0 = never) [%g]\n"
             "  --seed S       init, data order (llm.c's for the same S), sampling [%llu]\n"
             "multi-GPU (data parallel, NCCL; ZeRO-1 optimizer shards; rank 0 writes logs and the model file):\n"
             "  --num-gpus N   N processes, one per GPU; -b is per GPU, -d the global batch (default N*B*T). Without\n"
@@ -112,11 +121,12 @@ inline void print_help(FILE* f) {
             "  --prompt-ids IDS  the prompt as GPT-2 token ids (build/tokenizer encode writes them); '' = <|endoftext|>\n"
             "  --compare      time every layer with the naive set, then the flash set (same seed, same data),\n"
             "                 print the table and write it to DIR/compare.md (what `make compare` runs)\n"
+            "  --quiet        no step lines on stdout (main.log keeps them)\n"
             "  -h, --help     this text\n",
             PRECISION_NAME, d.train_glob.c_str(), d.val_glob.c_str(), d.tokenizer.c_str(), d.init.c_str(), d.B, d.T,
             d.total_batch, d.steps, d.lr, d.warmup, d.final_lr_frac, d.weight_decay, d.grad_clip, d.val_every,
             d.val_max_batches, d.sample_every, d.gen_tokens, d.top_k, d.temperature, d.checkpoint_every,
-            d.out_dir.c_str(), d.seed);
+            d.out_dir.c_str(), d.spike_z, d.seed);
 }
 
 inline bool is_layer_flag(const std::string& name) {
@@ -129,9 +139,12 @@ inline TrainOptions parse_args(int argc, char** argv) {
     TrainOptions o;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
+        // every flag once: a second one would silently override the first
+        if (a.size() > 1 && a[0] == '-' && !o.given.insert(a).second) fail("%s: given twice", a.c_str());
         // flags without a value
         if (a == "-h" || a == "--help") { o.help = true; continue; }
         if (a == "--resume") { o.resume = true; continue; }
+        if (a == "--overwrite") { o.overwrite = true; continue; }
         if (a == "--list-kernels") { o.list_kernels = true; continue; }
         if (a == "--compare") { o.compare = true; continue; }
         if (a == "--sample") { o.sample = true; continue; }
@@ -141,7 +154,9 @@ inline TrainOptions parse_args(int argc, char** argv) {
         if (i + 1 >= argc) fail("%s: missing value (see --help)", a.c_str());
         const char* f = a.c_str();
         const char* v = argv[++i];
-        o.given.insert(a);
+        // a value never starts like a flag ("-o --resume" is a missing -o value), though a number may be negative
+        if (v[0] == '-' && !(std::isdigit((unsigned char)v[1]) || v[1] == '.'))
+            fail("%s: missing value (the next word, '%s', is a flag; see --help)", f, v);
         const int BIG = 1 << 30;
         if (a == "-i") o.train_glob = v;
         else if (a == "-j") o.val_glob = v;
@@ -151,7 +166,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "-b") o.B = (int)args::parse_int(f, v, 1, BIG);
         else if (a == "-t") o.T = (int)args::parse_int(f, v, 1, BIG);
         else if (a == "-d") {
-            o.total_batch = args::parse_int(f, v, -1, 1LL << 40);
+            o.total_batch = args::parse_int(f, v, -1, INT_MAX);
             if (o.total_batch != -1 && o.total_batch < 1) fail("-d: %ld must be -1 or a positive token count", o.total_batch);
         }
         else if (a == "-x") o.steps = (int)args::parse_int(f, v, 1, BIG);
@@ -160,6 +175,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "-q") o.final_lr_frac = (float)args::parse_float(f, v, 0.0, 1.0);
         else if (a == "-c") o.weight_decay = (float)args::parse_float(f, v, 0.0, 10.0);
         else if (a == "--grad-clip") o.grad_clip = (float)args::parse_float(f, v, 0.0, 1e30);
+        else if (a == "--spike-z") o.spike_z = (float)args::parse_float(f, v, 0.0, 1e30);
         else if (a == "-v") o.val_every = (int)args::parse_int(f, v, 0, BIG);
         else if (a == "-m") {
             o.val_max_batches = (int)args::parse_int(f, v, -1, BIG);
@@ -182,6 +198,10 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else fail("unknown flag '%s' (see --help)", f);
     }
     if (o.out_dir.empty()) fail("-o: empty output directory");
+    if (o.num_gpus == 0 && (o.given.count("--rank") || o.given.count("--init-file")))
+        fail("%s: only with --num-gpus N (data parallel); alone it would be ignored",
+             o.given.count("--rank") ? "--rank" : "--init-file");
+    if ((long long)o.B * o.T > INT_MAX) fail("-b/-t: B*T = %lld positions; at most 2^31 - 1", (long long)o.B * o.T);
     return o;
 }
 
