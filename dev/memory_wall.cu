@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "dev/attention/attention.cuh"  // attention_forward_flops
-#include "dev/attention/problem.cuh"    // Shape, DeviceBuffer, card_name
+#include "dev/attention/problem.cuh"    // Shape, DeviceBuffer
 #include "dev/harness.cuh"              // benchmark, bf16_bits
 #include "llmc/attention.cuh"
 #include "llmc/fileio.h"
@@ -50,11 +50,17 @@ const harness::BenchOpts kOpts{2, 5, 30, 0.2};  // warm-up 2, then 5 to 30 timed
 // requests per thread in flight: one at a time cannot cover HBM's latency.
 constexpr int UNROLL = 4;
 
-// Sums src `passes` times; each block's sum goes to sink[blockIdx.x], so no load can be dropped as unused.
-// __ldcg caches in L2 only, never in the SM's L1: a second pass over the same addresses cannot hit L1.
-__global__ void read_kernel(float* sink, const float4* src, size_t n, int passes) {
+// Walks src `passes` times. COPY: each vector is stored to dst at the same index. Otherwise the values are summed
+// and each block's sum goes to sink[blockIdx.x], so no load can be dropped as unused. __ldcg caches in L2 only,
+// never in the SM's L1: a second pass over the same addresses cannot be served by L1.
+template <bool COPY>
+__global__ void stream_kernel(float* sink, float4* dst, const float4* src, size_t n, int passes) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     float acc[UNROLL] = {};
+    auto use = [&](const float4& v, size_t j, int u) {
+        if constexpr (COPY) dst[j] = v;
+        else acc[u] += (v.x + v.y) + (v.z + v.w);
+    };
     for (int p = 0; p < passes; p++) {
         size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
         for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
@@ -62,18 +68,17 @@ __global__ void read_kernel(float* sink, const float4* src, size_t n, int passes
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) v[u] = __ldcg(src + i + u * stride);
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) acc[u] += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+            for (int u = 0; u < UNROLL; u++) use(v[u], i + u * stride, u);
         }
-        for (; i < n; i += stride) {  // this thread's last few vectors
-            const float4 v = __ldcg(src + i);
-            acc[0] += (v.x + v.y) + (v.z + v.w);
-        }
+        for (; i < n; i += stride) use(__ldcg(src + i), i, 0);  // this thread's last few vectors
     }
-    float s = 0.0f;
+    if constexpr (!COPY) {
+        float s = 0.0f;
 #pragma unroll
-    for (int u = 0; u < UNROLL; u++) s += acc[u];
-    s = block_sum(s);  // every thread of the block reaches this: no early return above
-    if (threadIdx.x == 0) sink[blockIdx.x] = s;
+        for (int u = 0; u < UNROLL; u++) s += acc[u];
+        s = block_sum(s);  // every thread of the block reaches this: no early return above
+        if (threadIdx.x == 0) sink[blockIdx.x] = s;
+    }
 }
 
 // Fills dst with nonzero values that vary along it. A store waits for nothing, so there is no unrolling.
@@ -83,19 +88,6 @@ __global__ void write_kernel(float4* dst, size_t n) {
         const float f = (float)(i & 1023) + 1.0f;
         dst[i] = make_float4(f, f, f, f);
     }
-}
-
-__global__ void copy_kernel(float4* dst, const float4* src, size_t n) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
-        float4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) v[u] = __ldcg(src + i + u * stride);
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) dst[i + u * stride] = v[u];
-    }
-    for (; i < n; i += stride) dst[i] = __ldcg(src + i);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -167,6 +159,7 @@ __global__ void fma_kernel(float* sink, int iters, float a, float b) {
 
 struct Hierarchy {
     cudaDeviceProp prop{};
+    std::string date;           // when it was measured (utc_timestamp)
     int sm_mhz = 0;             // peak SM clock
     double hbm_theory = 0;      // GB/s: memory clock × bus width × 2 (double data rate), 0 when not reported
     size_t hbm_buffer = 0, l2_buffer = 0;  // bytes each test walks
@@ -208,16 +201,16 @@ void measure_hbm_and_l2(Hierarchy& h, cudaStream_t stream) {
     DeviceBuffer a(bytes, "HBM test source"), b(bytes, "HBM test destination");
     float4* src = static_cast<float4*>(a.p);
     float4* dst = static_cast<float4*>(b.p);
-    const int gr = resident_blocks(read_kernel, h.prop), gw = resident_blocks(write_kernel, h.prop),
-              gc = resident_blocks(copy_kernel, h.prop);
+    const int gr = resident_blocks(stream_kernel<false>, h.prop), gw = resident_blocks(write_kernel, h.prop),
+              gc = resident_blocks(stream_kernel<true>, h.prop);
     DeviceBuffer sink((size_t)gr * sizeof(float), "sink");
     float* s = static_cast<float*>(sink.p);
     write_kernel<<<gw, THREADS, 0, stream>>>(src, n);  // the source holds nonzero data before it is read
     cudaCheckLaunch();
     auto ms = [&](auto launch) { return median_ms(launch, stream); };
     h.hbm_write = gbps(bytes, ms([&] { write_kernel<<<gw, THREADS, 0, stream>>>(dst, n); }));
-    h.hbm_read = gbps(bytes, ms([&] { read_kernel<<<gr, THREADS, 0, stream>>>(s, src, n, 1); }));
-    h.hbm_copy = gbps(2.0 * bytes, ms([&] { copy_kernel<<<gc, THREADS, 0, stream>>>(dst, src, n); }));
+    h.hbm_read = gbps(bytes, ms([&] { stream_kernel<false><<<gr, THREADS, 0, stream>>>(s, nullptr, src, n, 1); }));
+    h.hbm_copy = gbps(2.0 * bytes, ms([&] { stream_kernel<true><<<gc, THREADS, 0, stream>>>(s, dst, src, n, 1); }));
     printf("HBM: read %.0f GB/s, write %.0f GB/s, copy %.0f GB/s (%.2f GB buffers)\n", h.hbm_read, h.hbm_write,
            h.hbm_copy, bytes / 1e9);
 
@@ -225,8 +218,8 @@ void measure_hbm_and_l2(Hierarchy& h, cudaStream_t stream) {
     // flush, minus the time of 1 pass: the first pass comes from HBM in both, the L2_PASSES others from L2
     h.l2_buffer = l2 / 4 / 16 * 16;
     const size_t nl2 = h.l2_buffer / 16;
-    const double many = ms([&] { read_kernel<<<gr, THREADS, 0, stream>>>(s, src, nl2, 1 + L2_PASSES); });
-    const double one = ms([&] { read_kernel<<<gr, THREADS, 0, stream>>>(s, src, nl2, 1); });
+    auto read = [&](int passes) { stream_kernel<false><<<gr, THREADS, 0, stream>>>(s, nullptr, src, nl2, passes); };
+    const double many = ms([&] { read(1 + L2_PASSES); }), one = ms([&] { read(1); });
     if (many <= one) fail("L2 test: %d passes took no longer than 1 (%.4f ms vs %.4f ms)", 1 + L2_PASSES, many, one);
     h.l2_read = gbps((double)L2_PASSES * h.l2_buffer, many - one);
     printf("L2: read %.0f GB/s (%.1f MB buffer, warm)\n", h.l2_read, h.l2_buffer / 1e6);
@@ -392,7 +385,7 @@ std::string page(const Hierarchy& h, const std::vector<AttnRow>& rows, const std
     std::string md;
     appendf(md, "**The memory wall**, measured on this card by `./build/memory_wall` (`make memory-wall` runs it and "
                 "splices this block into doc/memory_wall.md).  \nCard: %s, %d SMs · %s · `%s`\n\n",
-            p.name, sms, utc_timestamp().c_str(), cmd.c_str());
+            p.name, sms, h.date.c_str(), cmd.c_str());
     appendf(md, "The memory hierarchy of this card (capacities from cudaDeviceProp in binary units, bandwidths in "
                 "decimal GB/s = 10⁹ bytes moved per second; each figure the median of several runs):\n\n");
     appendf(md, "| level | capacity | measured | how |\n|---|--:|--:|---|\n");
@@ -453,7 +446,7 @@ std::string page(const Hierarchy& h, const std::vector<AttnRow>& rows, const std
 std::string csv(const Hierarchy& h, const std::vector<AttnRow>& rows, const std::string& cmd) {
     std::string out;
     appendf(out, "# memory wall; card: %s, date: %s, command: %s\nitem,shape,metric,value,unit\n", h.prop.name,
-            utc_timestamp().c_str(), cmd.c_str());
+            h.date.c_str(), cmd.c_str());
     const std::pair<const char*, double> figures[] = {
         {"hbm,,read", h.hbm_read}, {"hbm,,write", h.hbm_write}, {"hbm,,copy", h.hbm_copy}, {"l2,,read", h.l2_read},
         {"smem,,read", h.smem_read}, {"smem,,write", h.smem_write}};
@@ -502,6 +495,7 @@ Hierarchy describe_card() {
     cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
     h.sm_mhz = sm_khz / 1000;
     h.hbm_theory = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+    h.date = utc_timestamp();
     return h;
 }
 
