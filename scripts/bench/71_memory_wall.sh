@@ -15,17 +15,17 @@ bin=./build/memory_wall
 status=0
 
 # The two metrics summed over every kernel of one ncu CSV (the forward's kernels; the flash engine's one-thread
-# sm90a probe is left out), printed as "read write" in bytes. Fails when the CSV has no such rows.
+# sm90a probe is left out), printed as "read write" in bytes. Fails unless every kernel has both.
 sum_dram_bytes() {
   awk -F'","' '
     /^"ID"/ { for (i = 1; i <= NF; i++) { c = $i; gsub(/"/, "", c); col[c] = i } next }
     /^"/ && ("Metric Name" in col) {
       kernel = $col["Kernel Name"]; name = $col["Metric Name"]; v = $col["Metric Value"]; gsub(/[",]/, "", v)
       if (kernel ~ /sm90a_probe/) next
-      if (name == "dram__bytes_read.sum") { rd += v; n++ }
-      if (name == "dram__bytes_write.sum") { wr += v; n++ }
+      if (name == "dram__bytes_read.sum") { rd += v; nr++ }
+      if (name == "dram__bytes_write.sum") { wr += v; nw++ }
     }
-    END { if (!n) exit 1; printf "%.0f %.0f\n", rd, wr }' "$1"
+    END { if (!nr || nr != nw) exit 1; printf "%.0f %.0f\n", rd, wr }' "$1"
 }
 
 echo "== 1. HBM bytes of each attention forward (Nsight Compute) =="
