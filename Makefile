@@ -181,6 +181,7 @@ bench-attention-bwd: build/attention_runner
 # memory-wall: measure this card's memory hierarchy (HBM, L2, shared memory, tensor-core and fp32 peaks) and place naive and flash attention on its roofline, bytes from Nsight Compute when ncu is installed; writes doc/results/memory_wall.{md,csv} and the block in doc/memory_wall.md
 memory-wall: build/memory_wall
 	OUT=log/memory-wall bash scripts/bench/71_memory_wall.sh
+.PHONY: memory-wall
 
 # ---------------------------------------------------------------------------------------------------------
 # The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
@@ -235,4 +236,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd memory-wall train compare bench-train r1-spread nf-layers profile-step distributed all clean help
+.PHONY: data test cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step distributed all clean help

@@ -11,7 +11,7 @@
 //      the traffic model of attention_bytes() below.
 // The bandwidth kernels make 16-byte accesses and count only the bytes they ask for. Every timing is
 // dev/harness.cuh's benchmark() (CUDA events, warm-up, median, L2 flushed before each run), setup outside it.
-//   ./build/memory_wall [--out PAGE.md] [--csv FILE.csv] [--bytes NCU_BYTES] [--seed S]
+//   ./build/memory_wall [--out PAGE.md] [--csv FILE.csv] [--bytes NCU_BYTES]
 //   ./build/memory_wall --list-shapes                        the attention shapes, one "B,NH,T,HS" per line
 //   ./build/memory_wall --once naive|flash --shape B,NH,T,HS one forward and no other kernel (what ncu profiles)
 // NCU_BYTES has lines "naive|flash B NH T HS read_bytes write_bytes" (scripts/bench/71_memory_wall.sh writes it).
@@ -32,7 +32,6 @@
 #include "dev/harness.cuh"              // benchmark, bf16_bits
 #include "llmc/attention.cuh"
 #include "llmc/fileio.h"
-#include "llmc/parse.h"
 #include "llmc/profile.h"  // utc_timestamp
 #include "llmc/sampler.h"  // Rng
 
@@ -43,6 +42,7 @@ using dev::Shape;
 constexpr int THREADS = 256;  // per block, every measuring kernel
 const Shape kShapes[] = {{8, 12, 1024, 64}, {4, 12, 4096, 64}, {1, 12, 16384, 64}};  // GPT-2's heads, long T
 const harness::BenchOpts kOpts{2, 5, 30, 0.2};  // warm-up 2, then 5 to 30 timed runs within 0.2 s: the median
+constexpr uint64_t SEED = 42;                   // of the random matmul and attention inputs, printed
 
 // ---------------------------------------------------------------------------------------------------------
 // HBM and L2: a grid-stride walk over n float4s. Neighbouring threads take neighbouring float4s, so a warp's
@@ -479,7 +479,7 @@ Shape parse_shape(const char* s) {
 }
 
 const char* USAGE =
-    "usage: ./build/memory_wall [--out PAGE.md] [--csv FILE.csv] [--bytes NCU_BYTES] [--seed S]\n"
+    "usage: ./build/memory_wall [--out PAGE.md] [--csv FILE.csv] [--bytes NCU_BYTES]\n"
     "       ./build/memory_wall --list-shapes\n"
     "       ./build/memory_wall --once naive|flash --shape B,NH,T,HS\n"
     "Measures this GPU's memory hierarchy and places naive and flash attention on its roofline (doc/memory_wall.md).\n";
@@ -514,9 +514,7 @@ void print_summary(const Hierarchy& h, const std::vector<AttnRow>& rows) {
 
 int main(int argc, char** argv) {
     return run_main([&] {
-        std::string out_md, out_csv, bytes_file, once, cmd = "./build/memory_wall";
-        const char* shape_arg = nullptr;
-        uint64_t seed = 42;
+        std::string out_md, out_csv, bytes_file, once, shape, cmd = "./build/memory_wall";
         for (int i = 1; i < argc; i++) cmd += std::string(" ") + argv[i];
         for (int i = 1; i < argc; i++) {
             const std::string a = argv[i];
@@ -528,19 +526,16 @@ int main(int argc, char** argv) {
                 for (const Shape& s : kShapes) printf("%d,%d,%d,%d\n", s.B, s.NH, s.T, s.HS);
                 return 0;
             }
-            std::string* str = a == "--out" ? &out_md : a == "--csv" ? &out_csv : a == "--bytes" ? &bytes_file
-                             : a == "--once" ? &once : nullptr;
-            if (!str && a != "--seed" && a != "--shape") fail("unknown argument '%s' (see --help)", a.c_str());
+            std::string* value = a == "--out" ? &out_md : a == "--csv" ? &out_csv : a == "--bytes" ? &bytes_file
+                               : a == "--once" ? &once : a == "--shape" ? &shape : nullptr;
+            if (!value) fail("unknown argument '%s' (see --help)", a.c_str());
             if (i + 1 >= argc) fail("%s needs a value (see --help)", a.c_str());
-            const char* v = argv[++i];
-            if (str) *str = v;
-            else if (a == "--seed") seed = (uint64_t)parse_int("--seed", v, 0, 2147483647);
-            else shape_arg = v;
+            *value = argv[++i];
         }
         if (!once.empty() && once != "naive" && once != "flash")
             fail("--once: '%s' is not naive or flash", once.c_str());
-        if (once.empty() != (shape_arg == nullptr)) fail("--once and --shape go together (see --help)");
-        const Shape once_shape = shape_arg ? parse_shape(shape_arg) : Shape{};
+        if (once.empty() != shape.empty()) fail("--once and --shape go together (see --help)");
+        const Shape once_shape = shape.empty() ? Shape{} : parse_shape(shape.c_str());
         const NcuBytes ncu = bytes_file.empty() ? NcuBytes{} : read_ncu_bytes(bytes_file);
         int gpus = 0;
         if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0)
@@ -550,21 +545,21 @@ int main(int argc, char** argv) {
 
         if (!once.empty()) {  // one forward, nothing else: every kernel ncu sees is this forward's
             AttnRow r(once, once_shape);
-            run_attention(r, seed, stream, false);
-            fprintf(stderr, "ran %s %s once (seed %llu)\n", once.c_str(), r.s.str().c_str(), (unsigned long long)seed);
+            run_attention(r, SEED, stream, false);
+            fprintf(stderr, "ran %s %s once (seed %llu)\n", once.c_str(), r.s.str().c_str(), (unsigned long long)SEED);
             return 0;
         }
         Hierarchy h = describe_card();
-        printf("memory_wall on %s, seed %llu\n", h.prop.name, (unsigned long long)seed);
+        printf("memory_wall on %s, seed %llu\n", h.prop.name, (unsigned long long)SEED);
         measure_hbm_and_l2(h, stream);
         measure_sram_and_fma(h, stream);
-        measure_matmul(h, seed, stream);
+        measure_matmul(h, SEED, stream);
         std::vector<AttnRow> rows;
         for (const Shape& s : kShapes)
             for (const char* k : {"naive", "flash"}) {
                 AttnRow r(k, s);
                 try {
-                    run_attention(r, seed, stream, true);
+                    run_attention(r, SEED, stream, true);
                 } catch (const Error& e) {
                     r.status = std::string("not run: ") + e.what();
                     printf("attention %s %s: %s\n", k, s.str().c_str(), r.status.c_str());
