@@ -4,8 +4,8 @@
 #   1. with Nsight Compute (ncu on the PATH): each attention forward of `./build/memory_wall --list-shapes` run
 #      once under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum`, the HBM bytes summed over the
 #      forward's kernels                                  -> $OUT/ncu_<kernel>_<shape>.csv, $OUT/ncu_bytes.txt
-#   2. ./build/memory_wall [--bytes $OUT/ncu_bytes.txt]   -> doc/results/memory_wall.{md,csv}, $OUT/memory_wall.log;
-#      the page is spliced into doc/memory_wall.md between the memory-wall markers
+#   2. ./build/memory_wall [--bytes $OUT/ncu_bytes.txt]   -> doc/results/memory_wall.{md,csv} (copied to $OUT),
+#      $OUT/memory_wall.log; the page is spliced into doc/memory_wall.md between the memory-wall markers
 # Builds nothing (make does). The exit status is non-zero if any step failed; a failed ncu run leaves that row
 # with model bytes only.
 set -uo pipefail
@@ -57,6 +57,7 @@ timeout 300 $bin "${bytes[@]}" --out doc/results/memory_wall.md --csv doc/result
   > "$OUT/memory_wall.log" 2>&1 || { echo "memory_wall failed (rc=$?):"; status=1; }
 tail -n 12 "$OUT/memory_wall.log"
 if grep -qx 'wrote doc/results/memory_wall.md' "$OUT/memory_wall.log"; then  # this run's page, not an older one
+  cp doc/results/memory_wall.md doc/results/memory_wall.csv "$OUT/"  # a copy with the logs (scripts/lent_gpu.sh)
   bash scripts/readme_table.sh doc/results/memory_wall.md memory-wall doc/memory_wall.md || status=1
 fi
 exit $status
