@@ -239,7 +239,12 @@ build/hopper_ptx_selftest: dev/attention/forward/hopper_ptx_selftest.cu $(wildca
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $< -o $@
 
-CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest
+# The memory wall: the card's HBM, L2, shared memory and compute measured, naive and flash attention on a roofline.
+build/memory_wall: dev/memory_wall.cu $(wildcard dev/*.cuh dev/attention/*.cuh) $(LLMC_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
+
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall
 
 # cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
 cuda: $(CUDA_BINS)
@@ -259,6 +264,11 @@ bench-attention: build/attention_runner
 # bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/results/attention_backward.md and the README table (~65 s on an H200)
 bench-attention-bwd: build/attention_runner
 	OUT=log/bench-attention-bwd bash scripts/bench/22_attention_backward.sh
+
+# memory-wall: measure this card's memory hierarchy (HBM, L2, shared memory, tensor-core and fp32 peaks) and place naive and flash attention on its roofline, bytes from Nsight Compute when ncu is installed; writes doc/results/memory_wall.{md,csv} and the block in doc/memory_wall.md
+memory-wall: build/memory_wall
+	OUT=log/memory-wall bash scripts/bench/71_memory_wall.sh
+.PHONY: memory-wall
 
 # ---------------------------------------------------------------------------------------------------------
 # The CUDA trainer's TinyShakespeare run: GPT-2 124M from scratch with recipe R1 (its defaults: B=16 T=1024, lr 6e-4,
