@@ -250,9 +250,10 @@ CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16
 cuda: $(CUDA_BINS)
 
 # test-gpu: run the GPU gradient tests, FP32 then BF16: every layer naive and flash vs the reference, then the whole model
-test-gpu: build/test_gpu_fp32 build/test_gpu_bf16
+test-gpu: build/test_gpu_fp32 build/test_gpu_bf16 build/train_gpt2cu_bf16 data
 	./build/test_gpu_fp32
 	./build/test_gpu_bf16
+	bash test/gpu/divergence.sh
 
 # dev-attention: build the attention ladder runner (./dev/attention/runner --list needs no GPU; ./dev/attention/runner fwd V [B H T D] does)
 dev-attention: build/attention_runner

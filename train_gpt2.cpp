@@ -29,12 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "llmc/args.h"
 #include "llmc/checkpoint.h"
 #include "llmc/checksum.h"
 #include "llmc/dataloader.h"
 #include "llmc/error.h"
 #include "llmc/fault.h"
 #include "llmc/guard.h"
+#include "llmc/init.h"
 #include "llmc/logger.h"
 #include "llmc/ref/ref.h"
 #include "llmc/run_record.h"
@@ -50,7 +52,8 @@ struct Options {
     std::string train_glob = "data/tinyshakespeare/tiny_shakespeare_train.bin";
     std::string val_glob = "data/tinyshakespeare/tiny_shakespeare_val.bin";
     std::string tokenizer = "data/gpt2_tokenizer.bin";
-    std::string init;  // a checkpoint to start from instead of a random init
+    std::string init;  // dN (a random GPT-2 of depth N) or a checkpoint to start from; empty: --layers/--heads/--channels
+    int max_seq_len = 0;  // position table rows; 0 = T (or the checkpoint's)
     std::string out_dir = "log/cpu";
     int layers = 4, heads = 4, channels = 64;
     int B = 8, T = 64, steps = 400, warmup = 10;
@@ -66,7 +69,9 @@ const char* USAGE = R"(usage: train_gpt2 [flags]   (the CPU trainer; every flag 
   -i GLOB           train token shards             [%s]
   -j GLOB           validation token shards        [%s]
   --tokenizer PATH  tokenizer, to print samples    [%s]
-  -e PATH           start from this llm.c checkpoint instead of a random init (its shape wins)
+  -e INIT           dN: a random GPT-2 of depth N (as the GPU trainer's -e; its shape replaces --layers/--heads/
+                    --channels), or an llm.c checkpoint to start from (its shape wins)
+  --max-seq-len N   position table rows (default: T; a checkpoint's shorter table is extended)
   --layers N        transformer blocks             [%d]
   --heads N         attention heads                [%d]
   --channels N      model width C                  [%d]
@@ -100,25 +105,8 @@ void print_usage(const Options& o) {
                 o.out_dir.c_str(), (unsigned long long)o.seed);
 }
 
-// Strict number parsing: the whole string must be the number ("-b 4x" is an error, not 4).
-long long parse_int(const std::string& flag, const std::string& s, long long lo, long long hi) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || errno == ERANGE) fail("%s: '%s' is not an integer", flag.c_str(), s.c_str());
-    if (v < lo || v > hi) fail("%s: %lld is out of range [%lld, %lld]", flag.c_str(), v, lo, hi);
-    return v;
-}
-
-float parse_float(const std::string& flag, const std::string& s, double lo, double hi) {
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-        fail("%s: '%s' is not a number", flag.c_str(), s.c_str());
-    if (v < lo || v > hi) fail("%s: %g is out of range [%g, %g]", flag.c_str(), v, lo, hi);
-    return (float)v;
-}
+using args::parse_float;
+using args::parse_int;
 
 // Returns nullopt when --help was asked for. A flag given twice, or a flag where a value should be
 // ("-o --resume"), is an error rather than a silent override.
@@ -130,6 +118,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
         {"-j", [&](const std::string& v) { o.val_glob = v; }},
         {"--tokenizer", [&](const std::string& v) { o.tokenizer = v; }},
         {"-e", [&](const std::string& v) { o.init = v; }},
+        {"--max-seq-len", [&](const std::string& v) { o.max_seq_len = (int)parse_int("--max-seq-len", v, 1, 1 << 20); }},
         {"--layers", [&](const std::string& v) { o.layers = (int)parse_int("--layers", v, 1, 1024); }},
         {"--heads", [&](const std::string& v) { o.heads = (int)parse_int("--heads", v, 1, 1 << 16); }},
         {"--channels", [&](const std::string& v) { o.channels = (int)parse_int("--channels", v, 1, 1 << 16); }},
@@ -299,13 +288,26 @@ int train(const Options& o) {
     // the model's shape (a random GPT-2 of the requested shape, or a checkpoint whose shape wins), the data,
     // the tokenizer, then the output directory.
     GPT2Config cfg;
-    cfg.max_seq_len = o.T, cfg.vocab_size = 50257, cfg.padded_vocab_size = 50304;
+    cfg.vocab_size = 50257, cfg.padded_vocab_size = 50304;
     cfg.num_layers = o.layers, cfg.num_heads = o.heads, cfg.channels = o.channels;
+    if (const auto preset = config_from_depth(o.init)) cfg = *preset;  // -e dN: GPT-2's shape at depth N
+    cfg.max_seq_len = o.max_seq_len > 0 ? o.max_seq_len : o.T;
     std::vector<float> init_params;
-    if (!o.init.empty()) cfg = load_checkpoint(o.init, init_params);
-    validate_config(cfg, "model flags (--layers/--heads/--channels)");
+    if (!o.init.empty() && !config_from_depth(o.init)) {
+        const GPT2Config file = load_checkpoint(o.init, init_params);
+        if (o.max_seq_len > 0 && o.max_seq_len < file.max_seq_len)
+            fail("--max-seq-len %d: %s has a position table of %d rows; a table can grow, not shrink", o.max_seq_len,
+                 o.init.c_str(), file.max_seq_len);
+        cfg = file;
+        if (o.max_seq_len > file.max_seq_len) {  // the new rows drawn as GPT-2's init draws them (llmc/init.h)
+            cfg.max_seq_len = o.max_seq_len;
+            init_params = extend_position_table(init_params, file, cfg, o.seed);
+        }
+    }
+    validate_config(cfg, "model flags (-e, --layers/--heads/--channels, --max-seq-len)");
     if (o.T > cfg.max_seq_len)
-        fail("-t: T=%d exceeds the model's max_seq_len %d (from %s)", o.T, cfg.max_seq_len, o.init.c_str());
+        fail("-t: T=%d exceeds the model's max_seq_len %d (its position table's rows): add --max-seq-len %d", o.T,
+             cfg.max_seq_len, o.T);
     std::optional<Tokenizer> tok;
     if (o.gen_tokens > 0) {
         tok = Tokenizer::load(o.tokenizer);
@@ -326,7 +328,7 @@ int train(const Options& o) {
         resume_checkpoint(o.out_dir, resume_step, t, train_data);
         first_step = (int)resume_step;
     } else if (init_params.empty()) {
-        t.model.init_random(o.seed);
+        t.model.init_random(o.seed);  // llmc/init.h: llm.c's draws for this seed
     } else {
         t.model.params = std::move(init_params);
     }
@@ -342,7 +344,7 @@ int train(const Options& o) {
     std::printf("\ntrain: %d steps, lr %g (warm-up %d, cosine to %g x), wd %g, clip %g", o.steps, o.lr, o.warmup,
                 o.final_frac, o.weight_decay, o.grad_clip);
     if (o.spike_z > 0) std::printf(", loss spikes above z %g skipped", o.spike_z);
-    std::printf("\noutput: %s", o.out_dir.c_str());
+    std::printf("\noutput: %s (log: %s/main.log, one line per step)", o.out_dir.c_str(), o.out_dir.c_str());
     if (resume_step >= 0) std::printf(" (resumed at step %d)", first_step);
     std::printf("\n");
 
@@ -389,7 +391,10 @@ int train(const Options& o) {
         if (spike.skip) snprintf(note, sizeof note, "skipped lossz %.2f", spike.z);
         std::printf("step %4d/%d | train loss %.4f", step + 1, o.steps, loss);
         if (val) std::printf(" | val loss %.4f", *val);
-        std::printf(" | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", hp.lr, norm, ms, tok_s);
+        const double elapsed = (now_ms() - t_start) / 1000.0;
+        const double eta = elapsed / (step + 1 - first_step) * (o.steps - step - 1);  // at this run's pace so far
+        std::printf(" | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | %s elapsed, ETA %s", hp.lr, norm, ms, tok_s,
+                    duration_str(elapsed).c_str(), duration_str(eta).c_str());
         if (spike.skip) std::printf(" | update skipped: loss z-score %.2f > %g", spike.z, o.spike_z);
         std::printf("\n");
         std::fflush(stdout);

@@ -63,16 +63,6 @@ constexpr double PEAK_FLOPS = PEAK_BF16_TFLOPS * 1e12;
 constexpr const char* PEAK_NAME = PEAK_BF16_NAME;
 #endif
 
-// "42 s", "3m05s", "1h02m": a step line's elapsed time and ETA.
-inline std::string duration_str(double seconds) {
-    char b[32];
-    const long s = std::lround(std::max(0.0, seconds));
-    if (s < 60) snprintf(b, sizeof b, "%ld s", s);
-    else if (s < 3600) snprintf(b, sizeof b, "%ldm%02lds", s / 60, s % 60);
-    else snprintf(b, sizeof b, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
-    return b;
-}
-
 inline void ensure_gpu(int device = 0) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);

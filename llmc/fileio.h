@@ -52,6 +52,16 @@ inline size_t file_size(const std::string& path) {
     return (size_t)st.st_size;
 }
 
+// Everything left in an open stream (stdin, a pipe: no size to read first), as bytes; Error naming it on a read error.
+inline std::string read_stream(std::FILE* f, const char* what) {
+    std::string s;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    if (ferror(f)) fail("%s: read error: %s", what, strerror(errno));
+    return s;
+}
+
 // The whole file as bytes; Error naming the file when it cannot be opened or read. The buffer is sized from
 // the file once, so reading a file of n bytes allocates n bytes, not the up to 2n that growing by doubling would.
 inline std::string read_file(const std::string& path) {
@@ -123,17 +133,12 @@ public:
         if (fault) n = half_ > written_ ? half_ - written_ : 0;  // stop half way
         if (n > 0 && fwrite(data, 1, n, f_) != n) fail_write(errno ? errno : EIO);
         written_ += n;
-        if (!fault) return;
-        if (kill_) {  // the bytes so far reach the file, as they would before a real kill
-            fflush(f_);
-            raise(SIGKILL);
-        }
-        fail_write(ENOSPC);
+        if (fault) planned_fault();
     }
     uint64_t bytes_written() const { return written_; }
 
     void commit() {
-        if (kill_ || full_) write(nullptr, 0);  // a planned fault in an empty write still happens
+        if (kill_ || full_) planned_fault();  // (an empty file: the fault had no byte to stop at)
         // flush our buffer, then ask the OS to put the bytes on disk before the rename makes them the real file:
         // after a power loss the name then points at either the old file or the complete new one
         int err = 0;
@@ -149,6 +154,13 @@ public:
 
 private:
     [[noreturn]] void fail_write(int err) { fail("%s: write failed: %s", tmp_.c_str(), strerror(err)); }
+    [[noreturn]] void planned_fault() {
+        if (kill_) {  // the bytes so far reach the file, as they would before a real kill
+            fflush(f_);
+            raise(SIGKILL);
+        }
+        fail_write(ENOSPC);
+    }
     std::string path_, tmp_;
     size_t half_;
     FILE* f_ = nullptr;

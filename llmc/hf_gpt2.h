@@ -176,6 +176,9 @@ inline std::string export_hf(const std::string& ckpt, const std::string& out_dir
     const bool bf16 = hdr.version == CHECKPOINT_VERSION_BF16;
     const FileReader in(ckpt);
     const auto sizes = parameter_sizes(c);
+    // the vocabulary files are read before anything is written: a wrong --bpe leaves no half-made folder
+    std::string vocab, merges;
+    if (!bpe_dir.empty()) vocab = read_file(bpe_dir + "/gpt2/encoder.json"), merges = read_file(bpe_dir + "/gpt2/vocab.bpe");
 
     std::vector<safetensors::TensorOut> out;
     auto add = [&](int i, size_t l) {
@@ -200,8 +203,8 @@ inline std::string export_hf(const std::string& ckpt, const std::string& out_dir
                             {{"format", "pt"}, {"padded_vocab_size", std::to_string(c.padded_vocab_size)}});
     write_file_atomic(out_dir + "/config.json", config_json(c, bf16));
     if (!bpe_dir.empty()) {
-        write_file_atomic(out_dir + "/vocab.json", read_file(bpe_dir + "/gpt2/encoder.json"));
-        write_file_atomic(out_dir + "/merges.txt", read_file(bpe_dir + "/gpt2/vocab.bpe"));
+        write_file_atomic(out_dir + "/vocab.json", vocab);
+        write_file_atomic(out_dir + "/merges.txt", merges);
     }
     const std::vector<uint8_t> pad = in.read(tensor_offset(c, 0, es) + (uint64_t)c.vocab_size * C * es,
                                              (size_t)(c.padded_vocab_size - c.vocab_size) * C * es);

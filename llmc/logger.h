@@ -1,11 +1,15 @@
 // A training log: one line of plain text per step, easy to grep and plot, shared by both trainers.
 //   step 12 train 6.834012 val 6.912345 lr 0.0006 norm 1.2345 ms 35.21 tok/s 465321
+// Step numbers count from 0, the updates done before the step (its val loss is measured before it), as llm.c's
+// logs count; both trainers' screens show the same step as "13/250", steps done out of the run's, as llm.c's do.
 // The val field appears only on steps where the validation loss was computed; a note (e.g. the divergence
 // guard's "skipped lossz 5.31", llmc/guard.h) ends the line when there is one; lines starting with '#' are the
 // run's header (device, kernels, model, batch), written once at the start. Each line is flushed as it is
 // written, so a crashed or killed run keeps its log. A resumed run opens the file in append mode.
 #pragma once
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +19,16 @@
 #include "llmc/error.h"
 
 namespace flashgpt2 {
+
+// "42 s", "3m05s", "1h02m": a step line's elapsed time and ETA.
+inline std::string duration_str(double seconds) {
+    char b[32];
+    const long s = std::lround(std::max(0.0, seconds));
+    if (s < 60) snprintf(b, sizeof b, "%ld s", s);
+    else if (s < 3600) snprintf(b, sizeof b, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(b, sizeof b, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+    return b;
+}
 
 struct Logger {
     // An empty path gives a disabled logger (every call does nothing). The parent directory is created.

@@ -75,7 +75,7 @@ int sample(const Options& o) {
         const int next = sample_top_k(model.logits_at(0, len - 1), cfg.vocab_size, o.top_k, o.temperature, rng);
         if (next >= (int)tok.vocab_size) fail("%s: the model drew token %d, beyond its %u tokens", o.tokenizer.c_str(), next, tok.vocab_size);
         ids.push_back(next);
-        const std::string& bytes = tok.tokens[next];  // may be part of a UTF-8 character: the bytes join up
+        const std::string bytes = tok.decode(next);  // may be part of a UTF-8 character: the bytes join up
         if (fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() || fflush(stdout) != 0) fail("stdout: write failed");
     }
     fputc('\n', stdout);

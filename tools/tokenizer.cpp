@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         }
         if (f.positional.size() != 1 || (f.positional[0] != "encode" && f.positional[0] != "decode"))
             fail("expected one command, encode or decode (see --help)");
-        const std::string input = read_file("/dev/stdin");
+        const std::string input = read_stream(stdin, "stdin");
         if (f.positional[0] == "encode") {
             write_stdout(encode(input, bpe_dir, allow_special));
         } else {

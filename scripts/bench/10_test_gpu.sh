@@ -2,7 +2,8 @@
 # `make test-gpu`: the whole GPU test binaries, FP32 build then BF16 build (test/gpu/*.cu, doctest): every
 # layer's naive and flash kernels forward and backward against the Eigen oracle, attention forward and
 # backward, the whole model (loss + 16 gradients per kernel set, 10 AdamW steps, KV-cache sampling, save ->
-# reload -> continue, clear errors) and the data-parallel suite (its 2-process case needs 2 GPUs).
+# reload -> continue, clear errors) and the data-parallel suite (its 2-process case needs 2 GPUs: skipped, and counted
+# as skipped, on fewer); then test/gpu/divergence.sh, the trainer stopped by a planted NaN and resumed.
 # Whole binaries, not one suite at a time: a state shared between test files (a "once" flag set by one .cu
 # file's launch) only shows when they run in one process, as `make test-gpu` runs them.
 # When a binary fails it is run once more under compute-sanitizer memcheck (at most 5 minutes), so that an
@@ -28,4 +29,7 @@ for prec in fp32 bf16; do
     fi
   fi
 done
+echo "== the divergence policy end to end (test/gpu/divergence.sh) =="
+bash test/gpu/divergence.sh > "$OUT/divergence.txt" 2>&1 || rc=1
+tail -n 12 "$OUT/divergence.txt"
 exit $rc

@@ -7,6 +7,7 @@
 # with SDPA at every T, compiled with SDPA at 1K, 8K and 32K, eager with the math backend (S and P materialized)
 # up to where it runs out of memory. The flash runs also profile their last 2 steps by layer (--profile-steps):
 # attention's share of a step at each T. Writes doc/results/long_context.md, spliced into README.md.
+# REUSE_OURS=1 keeps $OUT's runs of ours from an earlier call and runs only PyTorch's (a lent GPU's time limit).
 set -uo pipefail
 OUT=${OUT:-log/long-context}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -15,8 +16,9 @@ TOKENS=${TOKENS:-32768} STEPS=${STEPS:-10}
 data=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin
       --tokenizer data/gpt2_tokenizer.bin -e d12 --seed 42 -n -1 -v 0 -s 0)
 status=0
-: > "$OUT/ours.txt"
+[[ -n ${REUSE_OURS:-} && -s $OUT/ours.txt ]] || { : > "$OUT/ours.txt"; REUSE_OURS=; }
 for T in 1024 2048 4096 8192 16384 32768; do
+  [[ -n $REUSE_OURS ]] && break
   B=$(( TOKENS / T ))
   for set in flash naive-attention; do
     flags=(--kernels flash --profile-steps 2); [[ $set == naive-attention ]] && flags=(--kernels flash --attention naive)

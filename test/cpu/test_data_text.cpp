@@ -126,11 +126,11 @@ TEST_CASE("data text: make data TEXT=... then make train DATA=... trains the CPU
     REQUIRE_MESSAGE(made.rc == 0, made.err);
     CHECK(fs::exists("data/" + name + "/" + name + "_val.bin"));
     const auto trained = run_command("make --no-print-directory train DATA=data/" + name + " TRAIN_ARGS=\"-x 2 -g 4 -b 2 -t 16 -m 1 -o " +
-                                     (d / "m.bin") + " --log ''\"");
+                                     (d / "run") + "\"");
     fs::remove_all("data/" + name);
     REQUIRE_MESSAGE(trained.rc == 0, trained.err);
     CHECK(contains(trained.out, "step    2/2"));
-    CHECK(fs::exists(d / "m.bin"));
+    CHECK(fs::exists(d / "run/model_00000002.bin"));
     const auto wrong = run_command("make --no-print-directory train DATA=" + q(d / "nothing-here"));
     CHECK(wrong.rc != 0);
     CHECK(contains(wrong.err, "no single <name>_val.bin there (make data TEXT=... writes a dataset folder)"));

@@ -349,6 +349,11 @@ TEST_CASE("hf: bad input is one clear error, and no checkpoint is half-written")
         CHECK(contains(error_of([&] { hf::export_hf(d / "nope.bin", d / "hf"); }), d / "nope.bin"));
         CHECK(!std::filesystem::exists(d / "hf/model.safetensors"));
     }
+    SUBCASE("a --bpe folder without gpt2/encoder.json: named, and nothing written") {
+        save_checkpoint(d / "m.bin", c384, p.data());
+        CHECK(contains(error_of([&] { hf::export_hf(d / "m.bin", d / "hf", d / "hub"); }), "gpt2/encoder.json"));
+        CHECK(!std::filesystem::exists(d / "hf"));
+    }
     CHECK(!std::filesystem::exists(d / "out.bin"));
     CHECK(!std::filesystem::exists(d / "out.bin.tmp"));
 }

@@ -457,8 +457,13 @@ TEST_CASE("model: clear errors") {
     TempDir dir("model");
     const GPT2Config c = small_config();
     SUBCASE("out of memory names the bytes and the flag to reduce") {
-        CHECK_THROWS_WITH_AS(GPT2Model(gpt2_124M(), KernelSet::all(Variant::flash), 100000, 1024),
+        // B * NH = 60,000 heads: within the flash grid's limit, and far beyond the card's memory
+        CHECK_THROWS_WITH_AS(GPT2Model(gpt2_124M(), KernelSet::all(Variant::flash), 5000, 1024),
                              doctest::Contains("reduce -b (batch size) or -t"), Error);
+    }
+    SUBCASE("more heads than the flash kernels' grid takes") {
+        CHECK_THROWS_WITH_AS(GPT2Model(gpt2_124M(), KernelSet::all(Variant::flash), 100000, 1024),
+                             doctest::Contains("more than the 65,535 the flash kernels' grid takes: lower -b"), Error);
     }
     SUBCASE("T longer than the model's context") {
         CHECK_THROWS_WITH_AS(GPT2Model(c, KernelSet::all(Variant::flash), 1, c.max_seq_len + 1),
