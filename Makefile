@@ -258,11 +258,12 @@ test-gpu: build/test_gpu_fp32 build/test_gpu_bf16 build/train_gpt2cu_bf16 data
 # dev-attention: build the attention ladder runner (./dev/attention/runner --list needs no GPU; ./dev/attention/runner fwd V [B H T D] does)
 dev-attention: build/attention_runner
 
-# bench-attention: validate and time every attention rung on the anchor shapes beside PyTorch's FA2 and cuDNN (scripts/torch/sdpa_bench.py in the same run, when PyTorch is installed); writes doc/results/attention_forward.{csv,md,png}, the README table and each rung page's "Measured" block
+# bench-attention: both attention ladders, forward then backward, every rung validated then timed on the anchor shapes beside PyTorch's FA2 and cuDNN (scripts/torch/sdpa_bench.py in the same run, when PyTorch is installed); writes doc/results/attention_{forward,backward}.{csv,md,png}, the README tables and each rung page's "Measured" block
 bench-attention: build/attention_runner
 	OUT=log/bench-attention bash scripts/bench/20_attention_forward.sh
+	ANCHORS=log/bench-attention/sdpa.log SKIP_SANITIZER=1 OUT=log/bench-attention/backward bash scripts/bench/22_attention_backward.sh
 
-# bench-attention-bwd: validate and time the attention backwards (naive, the trainer's flash, the other flash kernels) beside cuDNN/FA2 (sdpa_bench.py, when PyTorch is installed); writes doc/results/attention_backward.md and the README table (~65 s on an H200)
+# bench-attention-bwd: the backward ladder alone: odd-T validation of every rung, the bench on the anchor shapes beside cuDNN/FA2, compute-sanitizer on a small shape; writes doc/results/attention_backward.{csv,md,png}, the README table and the backward rung pages' "Measured" blocks
 bench-attention-bwd: build/attention_runner
 	OUT=log/bench-attention-bwd bash scripts/bench/22_attention_backward.sh
 

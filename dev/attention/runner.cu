@@ -1,13 +1,14 @@
-// dev/attention/runner: the attention forward ladder in one table. Every rung is first validated against
+// dev/attention/runner: the attention ladders, forward and backward, one table each. Every rung is first validated against
 // the CPU oracle (llmc/ref/attention.h, run in double) on fresh random inputs, outputs poisoned with NaN,
-// and only then timed (dev/harness.cuh). `bench` runs the whole ladder on the anchor shapes and writes the
-// CSV, markdown table and bar chart that README.md and doc/ show.
+// and only then timed (dev/harness.cuh). `bench` runs a whole ladder on the anchor shapes and writes the
+// CSV, markdown table and bar chart that README.md and doc/ show (dev/attention/report.cuh). The backward
+// ladder has its own table, RUNGS_BWD, beside the forward's.
 //   ./dev/attention/runner --list
 //   ./dev/attention/runner fwd V [B NH T HS] [--seed S]    (no shape: edge shapes T = 1, 2, 17, 65, 257, 1000
 //                                                          at HS 64 and 128, then (8,12,1024,64), timed)
-//   ./dev/attention/runner bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
-//   ./dev/attention/runner bwd [B NH T HS] [--seed S]  (llmc's attention backward, naive and flash: see
-//                                                          dev/attention/backward/runner_bwd.cuh)
+//   ./dev/attention/runner bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
+//   ./dev/attention/runner bwd V|all [B NH T HS] [--seed S]   (the backward ladder: RUNGS_BWD below, validated
+//                                                          and timed by dev/attention/backward/runner_bwd.cuh)
 #define EIGEN_NO_CUDA  // the oracle is host code: keep Eigen's own CUDA support out of this .cu file
 #include <algorithm>
 #include <cstdlib>
@@ -19,11 +20,9 @@
 #include "dev/attention/attention.cuh"
 #include "dev/attention/backward/runner_bwd.cuh"  // `runner bwd`: the backwards, validated and timed the same way
 #include "dev/attention/problem.cuh"
+#include "dev/attention/report.cuh"
 #include "dev/harness.cuh"
-#include "llmc/fileio.h"
 #include "llmc/args.h"
-#include "llmc/peak.h"
-#include "llmc/plot.h"
 #include "llmc/profile.h"  // utc_timestamp
 #include "llmc/ref/attention.h"
 
@@ -36,6 +35,13 @@
 #include "dev/attention/forward/6_pipelined.cuh"
 #include "dev/attention/forward/7_hopper_wgmma.cuh"
 #include "dev/attention/forward/8_pingpong.cuh"
+
+#include "dev/attention/backward/1_naive.cuh"
+#include "dev/attention/backward/2_flash1_recompute.cuh"
+#include "dev/attention/backward/3_flash2.cuh"
+#include "dev/attention/backward/4_tensor_cores.cuh"
+#include "dev/attention/backward/5_hopper_wgmma.cuh"
+#include "dev/attention/backward/6_warp_specialized.cuh"
 
 // ONE table: every rung of the ladder. `fwd V` runs every entry with id V (rung 1 comes in fp32 and bf16:
 // the bf16 one is the "naive in the same precision" that the bf16 rungs' errors are judged against).
@@ -56,16 +62,32 @@ const Rung RUNGS[] = {
     {8, "8_pingpong.cuh", "pingpong", DType::BF16, ladder::r8::supports, nullptr, attention_forward_pingpong},
 };
 
+// ONE table for the backward: `bwd V` runs every entry with id V. All read and write bf16 (the trainer's
+// tensors); dtype is the arithmetic. Rung 1 is the baseline of the bf16 rule for every other.
+const BwdRung RUNGS_BWD[] = {
+    {1, "1_naive.cuh", "naive", DType::BF16, ladder::b1::supports, ladder::b1::workspace_bytes, attention_backward_naive},
+    {2, "2_flash1_recompute.cuh", "flash1_recompute", DType::F32, ladder::b2::supports, ladder::b2::workspace_bytes,
+     attention_backward_flash1_recompute},
+    {3, "3_flash2.cuh", "flash2", DType::F32, ladder::b3::supports, ladder::b3::workspace_bytes, attention_backward_flash2},
+    {4, "4_tensor_cores.cuh", "tensor_cores", DType::BF16, ladder::b4::supports, ladder::b4::workspace_bytes,
+     attention_backward_tensor_cores},
+    {4, "4_tensor_cores.cuh", "tensor_cores_4warps", DType::BF16, ladder::b4::supports, ladder::b4::workspace_bytes,
+     attention_backward_tensor_cores_4warps},
+    {5, "5_hopper_wgmma.cuh", "hopper_wgmma", DType::BF16, ladder::b5::supports, ladder::b5::workspace_bytes,
+     attention_backward_hopper_wgmma},
+    {6, "6_warp_specialized.cuh", "warp_specialized", DType::BF16, ladder::b6::supports, ladder::b6::workspace_bytes,
+     attention_backward_warp_specialized},
+};
+
 using namespace flashgpt2;
 using harness::Compared;
 using harness::Range;
 
 using dev::DeviceBuffer;
 using dev::Shape;
-constexpr double kPeakBf16 = PEAK_BF16_TFLOPS;  // llmc/peak.h
-constexpr double kPeakFp32 = PEAK_FP32_TFLOPS;
-
-std::string rung_label(const Rung& r) { return std::to_string(r.id) + " " + r.name + " (" + dtype_name(r.dtype) + ")"; }
+using report::kPeakBf16;
+using report::kPeakFp32;
+using report::label;
 
 // ---- one problem: a shape, fresh random inputs per precision, the oracle's answers, the outputs ----
 struct Inputs {
@@ -165,7 +187,7 @@ bool check_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stream)
     if (r.dtype == DType::BF16 && !is_baseline && !x.baseline) {  // the naive bf16 errors on these inputs
         const Rung& nb = naive_bf16_rung();
         DeviceBuffer ws(workspace_of(nb, p.s), "naive bf16 workspace (baseline for the bf16 rule)");
-        printf(" baseline for the bf16 rule: %s on the same inputs\n", rung_label(nb).c_str());
+        printf(" baseline for the bf16 rule: %s on the same inputs\n", label(nb).c_str());
         check_rung(nb, p, ws.p, stream);
     }
     const AttnFwdParams prm = make_params(r, p, workspace, stream);
@@ -187,25 +209,22 @@ bool check_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stream)
     }
     cudaCheck(cudaMemcpy(checks[1].got.data(), prm.lse, p.s.rows() * 4, cudaMemcpyDeviceToHost));
 
-    const std::string label = rung_label(r) + " " + p.s.str() + ", oracle on " + p.coverage();
+    const std::string what = report::label(r) + " " + p.s.str() + ", oracle on " + p.coverage();
     const harness::Rule rule = r.dtype == DType::F32 ? harness::Rule::Fp32
                                : is_baseline         ? harness::Rule::Bf16Baseline
                                                      : harness::Rule::Bf16;
-    harness::Verdict v = harness::validate(label, checks, rule, x.baseline ? &*x.baseline : nullptr);
+    harness::Verdict v = harness::validate(what, checks, rule, x.baseline ? &*x.baseline : nullptr);
     if (is_baseline) {
         x.baseline = v.tensors;
         x.baseline_ok = v.ok;
     } else if (r.dtype == DType::BF16 && !x.baseline_ok) {
-        printf("  %s: FAIL (its baseline, the naive bf16 rung, failed its own check)\n", label.c_str());
+        printf("  %s: FAIL (its baseline, the naive bf16 rung, failed its own check)\n", what.c_str());
         return false;
     }
     return v.ok;
 }
 
-struct Measured {
-    double ms = 0, tflops = 0;
-    int reps = 0;
-};
+using report::Measured;
 
 Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stream, double budget_s) {
     const AttnFwdParams prm = make_params(r, p, workspace, stream);
@@ -213,7 +232,7 @@ Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stre
     opts.budget_s = budget_s;
     const harness::Timing t = harness::benchmark([&] { r.run(prm); }, stream, opts);
     Measured m{t.median_ms, attention_forward_flops(p.s.B, p.s.NH, p.s.T, p.s.HS) / (t.median_ms * 1e9), t.reps};
-    printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)", rung_label(r).c_str(),
+    printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)", label(r).c_str(),
            p.s.str().c_str(), m.ms, m.tflops, 100 * m.tflops / kPeakBf16, kPeakBf16);
     if (r.dtype == DType::F32) printf("  %.1f%% of %.0f (fp32 non-tensor peak, datasheet)", 100 * m.tflops / kPeakFp32, kPeakFp32);
     printf("  [median of %d, L2 flushed]\n", m.reps);
@@ -222,252 +241,97 @@ Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stre
 
 // Every rung of both ladders; host facts only, so it runs without a GPU.
 int cmd_list() {
-    printf("%-4s %-3s %-5s %-22s %-16s %-14s %s\n", "pass", "id", "dtype", "file", "name", "head dims",
+    printf("%-4s %-3s %-5s %-22s %-19s %-16s %s\n", "pass", "id", "dtype", "file", "name", "head dims",
            "workspace at (8,12,1024,64)");
     for (const Rung& r : RUNGS) {
         std::string dims;
         for (int hs : {32, 64, 96, 128, 256})
             if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
-        printf("%-4s %-3d %-5s %-22s %-16s %-14s %.1f MB\n", "fwd", r.id, dtype_name(r.dtype), r.file, r.name,
+        printf("%-4s %-3d %-5s %-22s %-19s %-16s %.1f MB\n", "fwd", r.id, dtype_name(r.dtype), r.file, r.name,
                dims.c_str(), workspace_of(r, {8, 12, 1024, 64}) / 1e6);
+    }
+    for (const BwdRung& r : RUNGS_BWD) {  // storage bf16, dtype = the arithmetic
+        std::string dims;
+        for (int hs : {32, 64, 96, 128, 256})
+            if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
+        printf("%-4s %-3d %-5s %-22s %-19s %-16s %.1f MB\n", "bwd", r.id, dtype_name(r.dtype), r.file, r.name,
+               dims.c_str(), (r.workspace_bytes ? r.workspace_bytes(8, 12, 1024, 64) : 0) / 1e6);
     }
     return 0;
 }
 
-// ---- bench: the whole ladder on the anchor shapes, written as CSV, markdown and PNG ----
-struct Cell {              // one rung on one shape
-    std::string status;    // "ok", "FAIL", "skip: <why>"
-    Measured m;
-};
-
-std::string fmt_tflops(double x) {
-    char b[32];
-    snprintf(b, sizeof b, x < 10 ? "%.2f" : x < 100 ? "%.1f" : "%.0f", x);
-    return b;
-}
-
-struct BenchReport {
-    std::string card, date, command;
-    std::vector<Shape> shapes;
-    std::vector<std::string> coverage;        // per shape: heads the oracle checked
-    std::vector<const Rung*> rungs;
-    std::vector<std::vector<Cell>> cells;     // [shape][rung]
-    std::optional<harness::Anchors> anchors;
-    const harness::AnchorRow* anchor(size_t si, const char* backend) const {
-        const Shape& s = shapes[si];
-        return anchors ? anchors->find(s.B, s.NH, s.T, s.HS, backend) : nullptr;
+// ---- bench: a whole ladder on the anchor shapes (dev/attention/report.cuh writes the tables) ----
+// One cell: rung r on problem p, validated (and then timed), or the reason it was skipped.
+report::Cell bench_cell(const Rung& r, Problem& p, cudaStream_t stream) {
+    report::Cell cell;
+    if (!r.supports(p.s.HS)) return {"skip: head dim " + std::to_string(p.s.HS) + " not supported", {}};
+    try {
+        DeviceBuffer ws(workspace_of(r, p.s), "workspace");
+        if (!check_rung(r, p, ws.p, stream)) return {"FAIL", {}};
+        cell = {"ok", time_rung(r, p, ws.p, stream, 0.5)};
+    } catch (const Error& e) {  // e.g. the naive rung's T×T buffers do not fit: skip, say why
+        cell.status = std::string("skip: ") + e.what();
     }
-};
-
-std::string report_csv(const BenchReport& R) {
-    std::string out = "# attention forward ladder, causal; TFLOP/s by the FlashAttention convention 4*B*H*T^2*D/2\n";
-    out += "# card: " + R.card + ", date: " + R.date + ", command: " + R.command + "\n";
-    if (R.anchors) out += "# anchors (same GPU session): " + R.anchors->header + "\n";
-    out += "B,H,T,D,rung,file,name,dtype,status,ms,tflops,pct_of_790_bf16,pct_of_67_fp32,reps,oracle_heads\n";
-    char b[512];
-    for (size_t si = 0; si < R.shapes.size(); si++) {
-        const Shape& s = R.shapes[si];
-        for (size_t ri = 0; ri < R.rungs.size(); ri++) {
-            const Rung& r = *R.rungs[ri];
-            const Cell& c = R.cells[si][ri];
-            std::string status = c.status;
-            std::replace(status.begin(), status.end(), ',', ';');
-            const bool ok = c.status == "ok";
-            char pct32[32] = "";  // % of the fp32 peak: fp32 rungs only
-            if (ok && r.dtype == DType::F32) snprintf(pct32, sizeof pct32, "%.3f", 100 * c.m.tflops / kPeakFp32);
-            if (ok)
-                snprintf(b, sizeof b, "%d,%d,%d,%d,%d,%s,%s,%s,ok,%.5f,%.3f,%.3f,%s,%d,%s\n", s.B, s.NH, s.T, s.HS, r.id,
-                         r.file, r.name, dtype_name(r.dtype), c.m.ms, c.m.tflops, 100 * c.m.tflops / kPeakBf16, pct32,
-                         c.m.reps, R.coverage[si].c_str());
-            else
-                snprintf(b, sizeof b, "%d,%d,%d,%d,%d,%s,%s,%s,%s,,,,,,%s\n", s.B, s.NH, s.T, s.HS, r.id, r.file, r.name,
-                         dtype_name(r.dtype), status.c_str(), R.coverage[si].c_str());
-            out += b;
-        }
-        for (const char* backend : {"flash", "cudnn"}) {
-            if (const harness::AnchorRow* a = R.anchor(si, backend)) {
-                snprintf(b, sizeof b, "%d,%d,%d,%d,anchor,sdpa_bench.py,%s,bf16,ok,%.5f,%.3f,%.3f,,,\n", s.B, s.NH, s.T,
-                         s.HS, backend, a->fwd_ms, a->fwd_tflops, 100 * a->fwd_tflops / kPeakBf16);
-                out += b;
-            }
-        }
-    }
-    return out;
-}
-
-std::string report_md(const BenchReport& R) {
-    std::string out = "Attention forward, causal, **TFLOP/s** (FlashAttention count 4·B·H·T²·D/2; higher is better).  \n";
-    out += "Card: " + R.card + " · " + R.date + " · `" + R.command + "`\n\n| rung | dtype |";
-    std::string rule = "|---|---|";
-    for (const Shape& s : R.shapes) { out += " " + s.str() + " |"; rule += "--:|"; }
-    out += "\n" + rule + "\n";
-    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
-        const Rung& r = *R.rungs[ri];
-        out += "| " + std::to_string(r.id) + " " + r.name + " | " + dtype_name(r.dtype) + " |";
-        for (size_t si = 0; si < R.shapes.size(); si++) {
-            const Cell& c = R.cells[si][ri];
-            out += " " + (c.status == "ok" ? fmt_tflops(c.m.tflops) : c.status == "FAIL" ? std::string("FAIL") : std::string("skipped")) + " |";
-        }
-        out += "\n";
-    }
-    if (R.anchors) {
-        for (auto [backend, label] : {std::pair{"flash", "PyTorch flash (FA2)"}, std::pair{"cudnn", "cuDNN"}}) {
-            out += std::string("| ") + label + " | bf16 |";
-            for (size_t si = 0; si < R.shapes.size(); si++) {
-                const harness::AnchorRow* a = R.anchor(si, backend);
-                out += " " + (a ? fmt_tflops(a->fwd_tflops) : std::string("not measured")) + " |";
-            }
-            out += "\n";
-        }
-        out += "| best rung ÷ cuDNN | |";
-        for (size_t si = 0; si < R.shapes.size(); si++) {
-            const harness::AnchorRow* a = R.anchor(si, "cudnn");
-            int best = -1;
-            for (size_t ri = 0; ri < R.rungs.size(); ri++)
-                if (R.cells[si][ri].status == "ok" && (best < 0 || R.cells[si][ri].m.tflops > R.cells[si][best].m.tflops)) best = (int)ri;
-            char b[64] = "–";
-            if (a && a->fwd_tflops > 0 && best >= 0)
-                snprintf(b, sizeof b, "%.2f× (%d)", R.cells[si][best].m.tflops / a->fwd_tflops, R.rungs[best]->id);
-            out += std::string(" ") + b + " |";
-        }
-        out += "\n";
-    }
-    out += "\nEach rung was validated against the CPU oracle (llmc/ref, double) on the same fresh inputs before timing "
-           "(fp32: relative error ≤ 1e-5; bf16: max error ≤ 2× the naive bf16 rung's + half an ulp); heads checked per "
-           "shape:";
-    for (size_t si = 0; si < R.shapes.size(); si++) out += (si ? ", " : " ") + R.shapes[si].str() + " " + R.coverage[si];
-    out += ". Timing: CUDA events, median of up to 100 runs, L2 flushed before each. ";
-    out += R.anchors ? "Anchors: `sdpa_bench.py` in the same GPU session (" + R.anchors->header + ")."
-                     : "Anchors: not measured in this run (no `--anchors`).";
-    return out + "\n";
-}
-
-// One rung file's "Measured" block (its doc page splices it in between its measured markers): every entry of the
-// RUNGS table from that file, on every anchor shape, beside cuDNN when the anchors were measured.
-std::string report_rung_md(const BenchReport& R, const std::string& file) {
-    std::string out = "Card: " + R.card + " · " + R.date + " · `" + R.command + "` (run by `make bench-attention`); " +
-                      "causal, TFLOP/s by the FlashAttention count 4·B·H·T²·D/2, validated against the oracle first.\n\n" +
-                      "| rung | shape | ms | TFLOP/s | % of peak | ÷ cuDNN (same run) |\n|---|---|--:|--:|--:|--:|\n";
-    char b[256];
-    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
-        const Rung& r = *R.rungs[ri];
-        if (file != r.file) continue;
-        for (size_t si = 0; si < R.shapes.size(); si++) {
-            const Cell& c = R.cells[si][ri];
-            const std::string label = std::to_string(r.id) + " " + r.name + " (" + dtype_name(r.dtype) + ")";
-            if (c.status != "ok") {
-                snprintf(b, sizeof b, "| %s | %s | %s | | | |\n", label.c_str(), R.shapes[si].str().c_str(), c.status.c_str());
-            } else {
-                const double peak = r.dtype == DType::F32 ? kPeakFp32 : kPeakBf16;
-                const harness::AnchorRow* a = R.anchor(si, "cudnn");
-                char ratio[32] = "–";
-                if (a && a->fwd_tflops > 0) snprintf(ratio, sizeof ratio, "%.2f×", c.m.tflops / a->fwd_tflops);
-                snprintf(b, sizeof b, "| %s | %s | %.4f | %s | %.1f%% of %.0f (%s) | %s |\n", label.c_str(),
-                         R.shapes[si].str().c_str(), c.m.ms, fmt_tflops(c.m.tflops).c_str(), 100 * c.m.tflops / peak,
-                         peak, r.dtype == DType::F32 ? "fp32, datasheet" : "bf16, measured", ratio);
-            }
-            out += b;
-        }
-    }
-    return out;
-}
-
-void report_png(const BenchReport& R, const std::string& path) {
-    plot::BarChart c;
-    c.title = "Attention forward, causal: TFLOP/s (log scale)";
-    c.subtitle = R.card + " - " + R.date;
-    c.footnote = R.command;
-    for (const Shape& s : R.shapes) c.groups.push_back(s.str());
-    for (size_t ri = 0; ri < R.rungs.size(); ri++) {
-        c.series.push_back(std::to_string(R.rungs[ri]->id) + " " + R.rungs[ri]->name + " " + dtype_name(R.rungs[ri]->dtype));
-        c.values.emplace_back();
-        for (size_t si = 0; si < R.shapes.size(); si++)
-            c.values.back().push_back(R.cells[si][ri].status == "ok" ? R.cells[si][ri].m.tflops : NAN);
-    }
-    if (R.anchors)
-        for (auto [backend, label] : {std::pair{"flash", "PyTorch FA2"}, std::pair{"cudnn", "cuDNN"}}) {
-            c.series.push_back(label);
-            c.values.emplace_back();
-            for (size_t si = 0; si < R.shapes.size(); si++) {
-                const harness::AnchorRow* a = R.anchor(si, backend);
-                c.values.back().push_back(a ? a->fwd_tflops : NAN);
-            }
-        }
-    plot::write_bar_chart_png(path, c);
+    return cell;
 }
 
 int cmd_bench(int argc, char** argv, const std::string& command) {  // argv[0] = "bench"
-    std::string anchors_path, out_dir = "doc";
+    std::string anchors_path, out_dir = "doc", pass = "fwd";
     std::vector<int> only;
     uint64_t seed = std::random_device{}();
     for (int i = 1; i < argc; i++) {
         const bool has_value = i + 1 < argc;
         if (!strcmp(argv[i], "--anchors") && has_value) anchors_path = argv[++i];
         else if (!strcmp(argv[i], "--out") && has_value) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--pass") && has_value) pass = argv[++i];
         else if (!strcmp(argv[i], "--seed") && has_value) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
         else if (!strcmp(argv[i], "--rungs") && has_value) {
             std::stringstream list(argv[++i]);
             for (std::string tok; std::getline(list, tok, ',');) only.push_back((int)args::parse_int("--rungs", tok.c_str(), 1, 1000));
         } else fail("bench: unknown or incomplete argument '%s'", argv[i]);
     }
-    BenchReport R;
-    if (!anchors_path.empty()) R.anchors = harness::parse_sdpa_log(anchors_path);  // bad file: fail before the long run
+    if (pass != "fwd" && pass != "bwd") fail("bench: --pass %s (fwd or bwd)", pass.c_str());
+    std::optional<harness::Anchors> anchors;
+    if (!anchors_path.empty()) anchors = harness::parse_sdpa_log(anchors_path);  // bad file: fail before the long run
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
     if (ec || !std::filesystem::is_directory(out_dir)) fail("--out %s: cannot create the directory", out_dir.c_str());
-    R.card = dev::card_name();
-    R.date = utc_timestamp();
-    R.command = command;
-    for (const Rung& r : RUNGS)
-        if (only.empty() || std::count(only.begin(), only.end(), r.id)) R.rungs.push_back(&r);
-    if (R.rungs.empty()) fail("--rungs: none of those rungs exist (see --list)");
-    printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", R.card.c_str(), (unsigned long long)seed, R.rungs.size(),
+    auto start = [&](auto& rep, const auto& table) {  // the report's header and its rungs
+        rep.anchors = anchors, rep.card = dev::card_name(), rep.date = utc_timestamp(), rep.command = command;
+        for (const auto& r : table)
+            if (only.empty() || std::count(only.begin(), only.end(), r.id)) rep.rungs.push_back(&r);
+        if (rep.rungs.empty()) fail("--rungs: none of those rungs exist (see --list)");
+    };
+    if (pass == "bwd") {
+        report::Report<BwdRung> rep{&report::BACKWARD};
+        start(rep, RUNGS_BWD);
+        const int failed = bwd_runner::bench(rep, RUNGS_BWD, seed);
+        report::write_all(rep, out_dir);
+        return failed ? 1 : 0;
+    }
+    report::Report<Rung> rep{&report::FORWARD};
+    start(rep, RUNGS);
+    printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", rep.card.c_str(), (unsigned long long)seed, rep.rungs.size(),
            std::size(dev::kAnchorShapes));
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     int failed = 0;
     for (const Shape& s : dev::kAnchorShapes) {
-        R.shapes.push_back(s);
-        Problem p(s, seed + R.shapes.size());
-        R.coverage.push_back(p.coverage());
-        R.cells.emplace_back();
+        rep.shapes.push_back(s);
+        Problem p(s, seed + rep.shapes.size());
+        rep.coverage.push_back(p.coverage());
+        rep.cells.emplace_back();
         printf("== %s: the oracle checks %s fully (a random subset on big shapes keeps the CPU time bounded)\n",
                s.str().c_str(), p.coverage().c_str());
-        for (const Rung* r : R.rungs) {
-            Cell cell;
-            if (!r->supports(s.HS)) {
-                cell.status = "skip: head dim " + std::to_string(s.HS) + " not supported";
-            } else {
-                try {
-                    DeviceBuffer ws(workspace_of(*r, s), "workspace");
-                    if (!check_rung(*r, p, ws.p, stream)) {
-                        cell.status = "FAIL";
-                        failed++;
-                    } else {
-                        cell.m = time_rung(*r, p, ws.p, stream, 0.5);
-                        cell.status = "ok";
-                    }
-                } catch (const Error& e) {  // e.g. the naive rung's T×T buffers do not fit: skip, say why
-                    cell.status = std::string("skip: ") + e.what();
-                }
-            }
-            if (cell.status != "ok") printf("  %s %s: %s\n", rung_label(*r).c_str(), s.str().c_str(), cell.status.c_str());
-            R.cells.back().push_back(cell);
+        for (const Rung* r : rep.rungs) {
+            const report::Cell cell = bench_cell(*r, p, stream);
+            if (cell.status != "ok") printf("  %s %s: %s\n", label(*r).c_str(), s.str().c_str(), cell.status.c_str());
+            failed += cell.status == "FAIL";
+            rep.cells.back().push_back(cell);
         }
     }
     cudaCheck(cudaStreamDestroy(stream));
-    const std::string base = out_dir + "/attention_forward";
-    write_file_atomic(base + ".csv", report_csv(R));
-    write_file_atomic(base + ".md", report_md(R));
-    report_png(R, base + ".png");
-    const std::string rungs_dir = out_dir + "/rungs";  // one "Measured" block per rung file, for its doc page
-    std::filesystem::create_directories(rungs_dir, ec);
-    std::vector<std::string> files;
-    for (const Rung* r : R.rungs)
-        if (std::find(files.begin(), files.end(), std::string(r->file)) == files.end()) files.push_back(r->file);
-    for (const std::string& f : files)
-        write_file_atomic(rungs_dir + "/" + f.substr(0, f.rfind('.')) + ".md", report_rung_md(R, f));
-    printf("wrote %s.csv, %s.md, %s.png\n", base.c_str(), base.c_str(), base.c_str());
+    report::write_all(rep, out_dir);
     if (failed) printf("bench: %d rung x shape validations FAILED (marked FAIL in the tables)\n", failed);
     return failed ? 1 : 0;
 }
@@ -508,7 +372,7 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
         Problem p(s, seed + c);
         for (const Rung* r : rungs) {
             if (!r->supports(s.HS)) {
-                printf("%s: skip %s (head dim %d not supported)\n", rung_label(*r).c_str(), s.str().c_str(), s.HS);
+                printf("%s: skip %s (head dim %d not supported)\n", label(*r).c_str(), s.str().c_str(), s.HS);
                 if (!pos.empty()) all_ok = false;
                 continue;
             }
@@ -530,8 +394,8 @@ int main(int argc, char** argv) {
         if (argc >= 2 && !strcmp(argv[1], "--list")) return cmd_list();
         if (argc >= 2 && !strcmp(argv[1], "fwd")) return cmd_fwd(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1, command);
-        if (argc >= 2 && !strcmp(argv[1], "bwd")) return bwd_runner::cmd_bwd(argc - 1, argv + 1);
-        fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--anchors FILE] [--out DIR] [--rungs 1,4,7] "
-             "[--seed S] | bwd [B NH T HS] [--seed S]");
+        if (argc >= 2 && !strcmp(argv[1], "bwd")) return bwd_runner::cmd_bwd(argc - 1, argv + 1, RUNGS_BWD);
+        fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] "
+             "[--rungs 1,4,7] [--seed S] | bwd V|all [B NH T HS] [--seed S]");
     });
 }

@@ -28,7 +28,7 @@
 // Inside a step the second product of a pair runs while the registers of the first are worked on: dP (dP^T)
 // is in flight while P (P^T) is computed, and dV while dS^T is.
 //
-// Registers and instructions decide the speed (doc/attention/backward.md tells the measurements):
+// Registers and instructions decide the speed (doc/attention/backward/5_hopper_wgmma.md tells the measurements):
 //   * at 3 blocks per SM the dK/dV kernel may use 168 registers; with lse and D loaded per step as
 //     bounds-checked vectors ptxas serialized its wgmmas ("insufficient register resources"). So the dQ kernel
 //     also writes lse·log2(e) and D per 64-query tile, 128 floats with zeros past T, which a dK/dV step copies
@@ -37,7 +37,7 @@
 //     tiles inside T; a wgmma descriptor is computed once per tile and stepped by addition.
 //   * the dQ kernel fits 4 blocks per SM: O_i, read once for D, is staged in K's second buffer.
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
-// beat this one: dev/attention/backward/3_warp_specialized.cuh.
+// beat this one: dev/attention/backward/6_warp_specialized.cuh.
 #pragma once
 #include <cstdint>
 #include <type_traits>

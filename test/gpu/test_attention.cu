@@ -8,6 +8,7 @@
 // work counter).
 #include "test/gpu/gpu_check.h"
 
+#include "llmc/ref/attention_sampled.h"
 #include "llmc/ref/ref.h"
 
 using namespace flashgpt2;
@@ -149,62 +150,6 @@ TEST_CASE("attention: the flash path rejects head sizes it has no kernel for, be
 
 namespace {
 
-// The oracle on sampled rows and keys, for sequences too long for the whole T×T reference (in double): every
-// row's lse_i and D_i = Σ_j P_ij dP_ij over its visible keys (one O(T²·HS) pass, rows in parallel), then O_i and
-// dq_i of the sampled queries and dk_j, dv_j of the sampled keys from them. One batch row (B = 1).
-struct SampledRef {
-    std::vector<double> o, lse, dq, dk, dv;  // [head][sample][d] (lse: [head][sample])
-};
-SampledRef sampled_oracle(const std::vector<double>& qkv, const std::vector<double>& dout, int T, int C, int NH,
-                          const std::vector<int>& rows, const std::vector<int>& keys) {
-    const int HS = C / NH;
-    const double scale = 1.0 / std::sqrt((double)HS);
-    SampledRef r;
-    for (int h = 0; h < NH; h++) {
-        auto x = [&](int t, int which) { return &qkv[((size_t)t * 3 + which) * C + (size_t)h * HS]; };
-        auto dO = [&](int t) { return &dout[(size_t)t * C + (size_t)h * HS]; };
-        auto dot = [&](const double* a, const double* b) {
-            double s = 0;
-            for (int d = 0; d < HS; d++) s += a[d] * b[d];
-            return s;
-        };
-        std::vector<double> lse(T), D(T);
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int i = 0; i < T; i++) {
-            double m = -INFINITY, l = 0, dd = 0;
-            for (int j = 0; j <= i; j++) m = std::max(m, scale * dot(x(i, 0), x(j, 1)));
-            for (int j = 0; j <= i; j++) {
-                const double p = std::exp(scale * dot(x(i, 0), x(j, 1)) - m);
-                l += p;
-                dd += p * dot(dO(i), x(j, 2));
-            }
-            lse[i] = m + std::log(l);
-            D[i] = dd / l;
-        }
-        auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
-        for (int i : rows) {
-            std::vector<double> o(HS, 0.0), dq(HS, 0.0);
-            for (int j = 0; j <= i; j++) {
-                const double p = P(i, j), ds = p * (dot(dO(i), x(j, 2)) - D[i]);
-                for (int d = 0; d < HS; d++) o[d] += p * x(j, 2)[d], dq[d] += scale * ds * x(j, 1)[d];
-            }
-            r.o.insert(r.o.end(), o.begin(), o.end());
-            r.dq.insert(r.dq.end(), dq.begin(), dq.end());
-            r.lse.push_back(lse[i]);
-        }
-        for (int j : keys) {
-            std::vector<double> dk(HS, 0.0), dv(HS, 0.0);
-            for (int i = j; i < T; i++) {
-                const double p = P(i, j), ds = p * (dot(dO(i), x(j, 2)) - D[i]);
-                for (int d = 0; d < HS; d++) dv[d] += p * dO(i)[d], dk[d] += scale * ds * x(i, 0)[d];
-            }
-            r.dk.insert(r.dk.end(), dk.begin(), dk.end());
-            r.dv.insert(r.dv.end(), dv.begin(), dv.end());
-        }
-    }
-    return r;
-}
-
 // The same samples out of the GPU's tensors: out (1,T,NH,HS) at `rows`, lse (1,NH,T) at `rows`, and one third
 // of dqkv (1,T,3,NH,HS) (which = 0, 1, 2) at `ts`, in the oracle's [head][sample][d] order.
 std::vector<double> gather(const std::vector<double>& t, int C, int NH, int which, int thirds, const std::vector<int>& ts) {
@@ -231,7 +176,9 @@ TEST_CASE("attention at long T (4096, 16384): naive and flash against the oracle
         std::vector<int> keys = rows;
         std::reverse(keys.begin(), keys.end());
         MESSAGE(tag << ": the oracle checks " << rows.size() << " query rows and " << keys.size() << " keys per head");
-        const SampledRef ref = sampled_oracle(qkv, dout, T, C, NH, rows, keys);
+        std::vector<int> heads(NH);
+        for (int h = 0; h < NH; h++) heads[h] = h;
+        const ref::SampledAttention want = ref::attention_sampled(qkv.data(), dout.data(), T, C, NH, heads, rows, keys);
 
         const KernelSet naive = KernelSet::all(Variant::naive), flash;
         Dev<floatX> d_qkv(3 * (size_t)T * C), d_dout((size_t)T * C), d_out((size_t)T * C), d_dqkv(3 * (size_t)T * C);
@@ -249,14 +196,14 @@ TEST_CASE("attention at long T (4096, 16384): naive and flash against the oracle
         const Got n = run(naive, d_att), f = run(flash, d_lse);
         const std::string name = " [flash:" + std::string(engine_name(attention_engine(AttnEngine::best, Pass::forward, HS))) +
                                  "/" + engine_name(attention_engine(AttnEngine::best, Pass::backward, HS)) + "] " + tag;
-        check_naive_flash("attention out" + name, gather(n.out, C, NH, 0, 1, rows), gather(f.out, C, NH, 0, 1, rows), ref.o);
+        check_naive_flash("attention out" + name, gather(n.out, C, NH, 0, 1, rows), gather(f.out, C, NH, 0, 1, rows), want.o);
         std::vector<double> lse_got;
         const auto lse = get(d_lse);
         for (int h = 0; h < NH; h++)
             for (int i : rows) lse_got.push_back(lse[(size_t)h * T + i]);
-        check_single("attention lse" + name, lse_got, ref.lse, 1e-4);
+        check_single("attention lse" + name, lse_got, want.lse, 1e-4);
         const std::pair<const char*, std::pair<int, const std::vector<double>*>> grads[] = {
-            {"dq", {0, &ref.dq}}, {"dk", {1, &ref.dk}}, {"dv", {2, &ref.dv}}};
+            {"dq", {0, &want.dq}}, {"dk", {1, &want.dk}}, {"dv", {2, &want.dv}}};
         for (const auto& [what, g] : grads) {
             const std::vector<int>& at = g.first == 0 ? rows : keys;
             check_naive_flash(std::string("attention ") + what + name, gather(n.dqkv, C, NH, g.first, 3, at),

@@ -64,8 +64,8 @@ namespace {
 enum Format { SHARD, TOKENIZER, MODEL, STATE, RECORD, TEXT, NUM_FORMATS };
 const char* FORMAT_NAMES[NUM_FORMATS] = {"shard", "tokenizer", "model", "state", "record", "text"};
 
-enum Outcome { REJECTED, ACCEPTED, UNCLEAR, OVER_ALLOC, DAMAGE_ACCEPTED, WRONG, CRASH, HANG, SANITIZER, NUM_OUTCOMES };
-const char* OUTCOME_NAMES[NUM_OUTCOMES] = {"rejected with a clear error", "accepted", "unclear errors",
+enum Outcome { REJECTED, ACCEPTED, UNCLEAR, OVER_ALLOC, DAMAGE_ACCEPTED, WRONG, CRASH, HANG, SANITIZER, NUM_VERDICTS };
+const char* VERDICT_NAMES[NUM_VERDICTS] = {"rejected with a clear error", "accepted", "unclear errors",
                                            "over-allocations", "damaged files accepted", "wrong results",
                                            "crashes", "hangs", "sanitizer reports"};
 
@@ -239,7 +239,7 @@ void run_case(long i, const Options& o, Worker& w, Case& c) {
     else c.outcome = damaged && checksum_guards ? DAMAGE_ACCEPTED : ACCEPTED;
     if (o.only >= 0)
         printf("case %ld: %s, %s%zu bytes, largest allocation %zu: %s%s\n", i, FORMAT_NAMES[c.format], c.what.c_str(),
-               c.size, c.largest, OUTCOME_NAMES[c.outcome], error.empty() ? "" : (" (" + error + ")").c_str());
+               c.size, c.largest, VERDICT_NAMES[c.outcome], error.empty() ? "" : (" (" + error + ")").c_str());
 }
 
 // ---- workers and the parent ----
@@ -274,7 +274,7 @@ struct Child {
 };
 
 struct Tally {
-    long count[NUM_FORMATS][NUM_OUTCOMES] = {};
+    long count[NUM_FORMATS][NUM_VERDICTS] = {};
     size_t excess[NUM_FORMATS] = {};  // the largest (largest allocation - file size)
     double slowest = 0;
     std::vector<std::string> failures;
@@ -312,7 +312,7 @@ void reap(Child& ch, long stride, Tally& t, const Options& o, bool hung) {
         t.count[i % NUM_FORMATS][outcome]++;
         char line[512];
         snprintf(line, sizeof line, "case %ld (%s): %s%s%s (replay: fuzz_cpu ... --seed %llu --case %ld)", i,
-                 FORMAT_NAMES[i % NUM_FORMATS], OUTCOME_NAMES[outcome], err.empty() ? "" : ": ",
+                 FORMAT_NAMES[i % NUM_FORMATS], VERDICT_NAMES[outcome], err.empty() ? "" : ": ",
                  first_line(err.substr(err.find_first_not_of("= \n") == std::string::npos ? 0 : err.find_first_not_of("= \n"))).c_str(),
                  (unsigned long long)o.seed, i);
         t.failures.push_back(line);
@@ -353,7 +353,7 @@ void run_all(const Options& o, Worker& w, Tally& t) {
                     if (r.outcome != REJECTED && r.outcome != ACCEPTED) {
                         char line[256];
                         snprintf(line, sizeof line, "case %ld (%s): %s (replay: fuzz_cpu ... --seed %llu --case %ld)",
-                                 r.index, FORMAT_NAMES[fmt], OUTCOME_NAMES[r.outcome], (unsigned long long)o.seed, r.index);
+                                 r.index, FORMAT_NAMES[fmt], VERDICT_NAMES[r.outcome], (unsigned long long)o.seed, r.index);
                         t.failures.push_back(line);
                     }
                     ch.running = -1, ch.next = r.index + stride;
@@ -385,8 +385,8 @@ std::string table(const Tally& t) {
                     "|---|--:|--:|--:|--:|--:|\n";
     for (int f = 0; f < NUM_FORMATS; f++) {
         long cases = 0, bad = 0;
-        for (int k = 0; k < NUM_OUTCOMES; k++) cases += t.count[f][k];
-        for (int k = UNCLEAR; k < NUM_OUTCOMES; k++) bad += t.count[f][k];
+        for (int k = 0; k < NUM_VERDICTS; k++) cases += t.count[f][k];
+        for (int k = UNCLEAR; k < NUM_VERDICTS; k++) bad += t.count[f][k];
         char line[200];
         snprintf(line, sizeof line, "| %s | %ld | %ld | %ld | %ld | %zu bytes |\n", FORMAT_NAMES[f], cases,
                  t.count[f][REJECTED], t.count[f][ACCEPTED], bad, t.excess[f]);

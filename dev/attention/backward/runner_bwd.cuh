@@ -1,36 +1,36 @@
-// `runner bwd`: the trainer's attention BACKWARD (llmc/attention.cuh: naive and flash, bf16), validated and
-// timed exactly as the forward ladder's rungs are (dev/harness.cuh's validate() and benchmark()).
-//   ./dev/attention/runner bwd [B NH T HS] [--seed S]
-// Per shape: fresh random qkv and dout (uniform in [-1, 1) + 0.3, rounded to bf16); llmc's forwards make
-// what each backward needs (naive: P; flash: out, lse), dqkv is poisoned with NaN, each backward runs, and
-// dQ, dK, dV are compared with the CPU oracle (llmc/ref/attention.h in double) on a subset of heads (all of
-// them on small shapes). The naive bf16 backward is the baseline of the bf16 rule; the trainer's flash
-// backward (llmc/attention.cuh picks it: on an H100/H200 the Hopper one, attention_backward_hopper.cuh) must
-// also be bit-identical on a second run (deterministic: no atomics). The other bf16 flash backwards this card
-// runs are validated the same way, and each is said to give the trainer's bits or not (doc/attention/
-// backward.md has the steps): the warp-specialized one (dev/attention/backward/3_warp_specialized.cuh) and
-// the mma.sync one (attention_backward.cuh, with both of its dK/dV blocks, 8 and 4 warps). Then all are timed
-// (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward: 2.5x
-// the forward's 4·B·H·T²·D/2. On an H100/H200 the Hopper backward's two kernels are also timed apart (each
-// alone, L2 flushed: where its time goes).
-// No shape: odd shapes T = 1, 2, 37, 257, 1000 at HS 64 (and 257 at HS 128, the fp32-arithmetic fallback)
-// are validated, then (4,12,1024,64) is validated and timed.
+// `runner bwd` and `runner bench --pass bwd`: the attention BACKWARD ladder (the RUNGS_BWD table of
+// dev/attention/runner.cu), validated and timed as the forward ladder's rungs are (dev/harness.cuh's validate()
+// and benchmark()).
+//   ./dev/attention/runner bwd V|all [B NH T HS] [--seed S]
+// Per shape: fresh random qkv and dout (uniform in [-1, 1) + 0.3, rounded to bf16); llmc's forwards make what
+// the backwards read (naive: P; flash: out, lse); dqkv is poisoned with NaN, the rung runs, and dQ, dK, dV are
+// compared with the CPU oracle in double:
+//   T < 4096   llmc/ref/attention.h on whole heads (all of them on small shapes, else 12: the last one, where a
+//              wrong head offset shows, and 11 at random)
+//   T >= 4096  llmc/ref/attention_sampled.h on 2 heads (the last and one at random): dQ at 33 query rows, dK and
+//              dV at 33 keys (both sides of the 64- and 128-row tile edges, the middle, the ends, 24 at random), so
+//              that a long shape validates in seconds; the whole dqkv is still scanned for NaN/inf
+// under the bf16 rule, whose baseline is rung 1 (naive) on the same inputs. Every rung must also give the same
+// bits on a second run (deterministic: no atomics), and is said to give the trainer's bits or not. Then it is
+// timed (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward.
+// No shape: odd shapes (T = 1, 2, 17, 63, 65, 1000, 2047; HS 64 and 128) are validated, then (4,12,1024,64)
+// is validated and timed. On an H100/H200, `bwd 5` also times the wgmma backward's two kernels apart.
 #pragma once
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dev/attention/attention.cuh"
-#include "dev/attention/backward/3_warp_specialized.cuh"
 #include "dev/attention/problem.cuh"
+#include "dev/attention/report.cuh"
 #include "dev/harness.cuh"
-#include "llmc/kernels.h"
 #include "llmc/args.h"
-#include "llmc/peak.h"
+#include "llmc/kernels.h"
+#include "llmc/ref/attention_sampled.h"
 
 namespace bwd_runner {
 
@@ -40,20 +40,18 @@ using dev::Shape;
 using harness::Compared;
 using harness::Range;
 
-inline double attention_backward_flops(int B, int NH, int T, int HS) {
-    return 2.5 * attention_forward_flops(B, NH, T, HS);
-}
+constexpr int kSampledFromT = 4096;  // from this T on, the oracle checks sampled rows and keys
 
-// The oracle on heads `heads` (b·NH + h): packed as the heads of one batch row, so ref's loop over heads runs
-// them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only.
-// Also `o_err`, per tensor, the error the flash backward inherits from its input O: it forms D_i = rowsum(dO_i
-// * O_i) from o_used, the forward's stored bf16 output (B, T, NH, HS), not from the exact O (FlashAttention-2
-// does the same; the naive backward sums P * dP instead). dS_ij then moves by -P_ij dD_i, so dQ_i moves by
-// -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the bf16 rule's
-// atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
+// The oracle on whole heads `heads` (b·NH + h): packed as the heads of one batch row, so ref's loop over heads
+// runs them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only.
+// Also `o_err`, per tensor, the error the flash backwards inherit from their input O: they form D_i =
+// rowsum(dO_i * O_i) from o_used, the forward's stored bf16 output (B, T, NH, HS), not from the exact O
+// (FlashAttention-2 does the same; the naive backward sums P * dP instead). dS_ij then moves by -P_ij dD_i, so
+// dQ_i moves by -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the
+// bf16 rule's atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
 inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                     const std::vector<float>& o_used, const std::vector<int>& heads, std::vector<double> (&d)[3],
-                     double (&o_err)[3]) {
+                            const std::vector<float>& o_used, const std::vector<int>& heads, std::vector<double> (&d)[3],
+                            double (&o_err)[3]) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = s.NH * s.HS, Cn = n * HS;
     std::vector<double> q3((size_t)T * 3 * Cn), o((size_t)T * Cn), dO((size_t)T * Cn), dq3((size_t)T * 3 * Cn, 0.0);
     std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T), dpre((size_t)n * T * T, 0.0),
@@ -77,28 +75,31 @@ inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const
                     d[w][((size_t)heads[hh] * T + t) * HS + x] = dq3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x];
 
     const double scale = 1.0 / std::sqrt((double)HS);
-    o_err[0] = o_err[1] = o_err[2] = 0.0;
-    std::vector<double> dD(T), ddk((size_t)T * HS);
+    std::vector<double> err_q(n, 0.0), err_k(n, 0.0);  // per head, reduced below
+#pragma omp parallel for
     for (int hh = 0; hh < n; hh++) {
         const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
         const double* P = att.data() + (size_t)hh * T * T;  // (T, T), row i = query
         const auto q = [&](int t, int w, int x) { return q3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x]; };
+        std::vector<double> dD(T), ddk((size_t)T * HS, 0.0);
         for (int i = 0; i < T; i++) {
             dD[i] = 0.0;
             for (int x = 0; x < HS; x++)
                 dD[i] += dO[(size_t)i * Cn + hh * HS + x] *
                          (o_used[((size_t)b * T + i) * C + h * HS + x] - o[(size_t)i * Cn + hh * HS + x]);
         }
-        std::fill(ddk.begin(), ddk.end(), 0.0);
         for (int i = 0; i < T; i++)
             for (int x = 0; x < HS; x++) {
                 double pk = 0.0;  // sum_j P_ij K_j
                 for (int j = 0; j <= i; j++) pk += P[(size_t)i * T + j] * q(j, 1, x);
-                o_err[0] = std::max(o_err[0], std::abs(scale * dD[i] * pk));
+                err_q[hh] = std::max(err_q[hh], std::abs(scale * dD[i] * pk));
                 for (int j = 0; j <= i; j++) ddk[(size_t)j * HS + x] += P[(size_t)i * T + j] * dD[i] * q(i, 0, x);
             }
-        for (double v : ddk) o_err[1] = std::max(o_err[1], std::abs(scale * v));
+        for (double v : ddk) err_k[hh] = std::max(err_k[hh], std::abs(scale * v));
     }
+    o_err[0] = *std::max_element(err_q.begin(), err_q.end());
+    o_err[1] = *std::max_element(err_k.begin(), err_k.end());
+    o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
 }
 
 // dqkv (B, T, 3, NH, HS) bf16 on the device -> dq, dk, dv as float in (B, NH, T, HS) order.
@@ -116,176 +117,290 @@ inline void download_grads(const Shape& s, const void* dqkv, std::vector<float> 
                             harness::bf16_to_float(bits[(((size_t)b * s.T + t) * 3 + w) * C + h * s.HS + x]);
 }
 
-// One shape: validate naive and flash; time them when `timed`. Returns whether every check passed.
-inline bool run_shape(const Shape& s, uint64_t seed, bool timed, cudaStream_t stream) {
-    const int BH = s.B * s.NH, C = s.NH * s.HS;
-    const size_t btc = s.elems();
-    // heads the oracle checks: all on small shapes; else the last one (a wrong head offset shows there) + random
-    const int n = std::min(BH, std::max(1, std::min(12, dev::heads_to_check(s))));
-    std::mt19937_64 rng(seed);
-    std::vector<int> heads;
-    {
+// One shape: inputs, the forwards' outputs, the oracle's answers; then check() and time() per rung.
+struct Problem {
+    Shape s;
+    bool sampled;
+    std::vector<int> heads, rows, keys;  // checked heads (b·NH + h); sampled: query rows (dq) and keys (dk, dv)
+    std::vector<double> ref[3];          // whole heads: dq, dk, dv (B, NH, T, HS); sampled: [head][sample][d]
+    std::vector<double> ref_cat;         // dq | dk | dv, for T = 1 (see checks())
+    std::vector<Range> ranges[3];
+    double o_err[3] = {0, 0, 0};
+    std::unique_ptr<DeviceBuffer> qkv, dout, out, lse, att, dqkv;
+    std::vector<unsigned char> trainer_bits;  // dqkv of llmc's `--attention flash` backward on these inputs
+    std::string trainer_engine;
+    std::vector<Compared> baseline;           // rung 1's errors: the bf16 rule's baseline
+    bool baseline_ok = false;
+    cudaStream_t stream;
+
+    Problem(const Shape& shape, uint64_t seed, cudaStream_t st) : s(shape), sampled(shape.T >= kSampledFromT), stream(st) {
+        const int BH = s.B * s.NH, C = s.NH * s.HS;
+        const size_t btc = s.elems();
+        std::mt19937_64 rng(seed);
+        const int n = sampled ? std::min(BH, 2) : std::min(BH, std::max(1, std::min(12, dev::heads_to_check(s))));
         std::vector<int> all(BH);
         for (int i = 0; i < BH; i++) all[i] = i;
-        std::shuffle(all.begin(), all.end() - 1, rng);
+        std::shuffle(all.begin(), all.end() - 1, rng);  // the last head always, the others at random
         heads.assign(all.begin(), all.begin() + (n - 1));
         heads.push_back(BH - 1);
         std::sort(heads.begin(), heads.end());
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> h_qkv(3 * btc), h_dout(btc);
+        for (float& f : h_qkv) f = harness::round_bf16(uni(rng) + 0.3f);
+        for (float& f : h_dout) f = harness::round_bf16(uni(rng) + 0.3f);
+
+        qkv = std::make_unique<DeviceBuffer>(3 * btc * 2, "qkv");
+        dout = std::make_unique<DeviceBuffer>(btc * 2, "dout");
+        out = std::make_unique<DeviceBuffer>(btc * 2, "out");
+        lse = std::make_unique<DeviceBuffer>((size_t)BH * s.T * 4, "lse");
+        att = std::make_unique<DeviceBuffer>((size_t)BH * s.T * s.T * 2, "P (the naive forward's)");
+        dqkv = std::make_unique<DeviceBuffer>(3 * btc * 2, "dqkv");
+        upload(qkv->p, h_qkv), upload(dout->p, h_dout);
+        {  // the forwards: naive -> P (B,NH,T,T); flash -> out, lse (its out is what the flash backwards read)
+            DeviceBuffer ws(attention_workspace_bytes(Variant::naive, s.B, s.T, C, s.NH), "naive forward workspace");
+            attention_forward_naive((floatX*)out->p, (floatX*)att->p, ws.p, (const floatX*)qkv->p, s.B, s.T, C, s.NH, stream);
+        }
+        attention_forward_flash((floatX*)out->p, (float*)lse->p, (const floatX*)qkv->p, s.B, s.T, C, s.NH, AttnEngine::best, stream);
+        cudaCheck(cudaStreamSynchronize(stream));
+
+        if (sampled) {
+            rows = {0, 1, 63, 64, 127, 128, s.T / 2, s.T - 2, s.T - 1};
+            for (int k = 0; k < 24; k++) rows.push_back((int)(rng() % (uint64_t)s.T));
+            keys.assign(rows.rbegin(), rows.rend());
+            const ref::SampledAttention a = ref::attention_sampled(h_qkv.data(), h_dout.data(), s.T, C, s.NH, heads, rows, keys);
+            ref[0] = a.dq, ref[1] = a.dk, ref[2] = a.dv;
+            for (int w = 0; w < 3; w++) ranges[w] = {{0, ref[w].size()}};
+        } else {
+            std::vector<uint16_t> bits(btc);
+            cudaCheck(cudaMemcpy(bits.data(), out->p, btc * 2, cudaMemcpyDeviceToHost));
+            std::vector<float> o_used(btc);
+            for (size_t e = 0; e < btc; e++) o_used[e] = harness::bf16_to_float(bits[e]);
+            oracle_backward(s, h_qkv, h_dout, o_used, heads, ref, o_err);
+            for (int w = 0; w < 3; w++)
+                for (int bh : heads) ranges[w].push_back({(size_t)bh * s.T * s.HS, (size_t)(bh + 1) * s.T * s.HS});
+            for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
+        }
+        {  // the trainer's flash backward, for "the same bits as the trainer's" (information, not a check)
+            DeviceBuffer ws(attention_workspace_bytes(Variant::flash, s.B, s.T, C, s.NH), "flash workspace");
+            trainer_engine = engine_name(attention_engine(AttnEngine::best, Pass::backward, s.HS));
+            attention_backward_flash((floatX*)dqkv->p, ws.p, (const floatX*)dout->p, (const floatX*)qkv->p,
+                                     (const floatX*)out->p, (const float*)lse->p, s.B, s.T, C, s.NH, AttnEngine::best, stream);
+            trainer_bits = download_bits();
+        }
     }
-    std::vector<Range> ranges;
-    for (int bh : heads) ranges.push_back({(size_t)bh * s.T * s.HS, (size_t)(bh + 1) * s.T * s.HS});
 
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    std::vector<float> qkv(3 * btc), dout(btc);
-    for (float& f : qkv) f = harness::round_bf16(uni(rng) + 0.3f);
-    for (float& f : dout) f = harness::round_bf16(uni(rng) + 0.3f);
-    std::vector<double> ref[3], ref_cat;  // ref_cat: dq | dk | dv, for T = 1 (see `check` below)
-    double o_err[3];                      // filled by the oracle, after the flash forward below has run
-
-    DeviceBuffer d_qkv(3 * btc * 2, "qkv"), d_dout(btc * 2, "dout"), d_out(btc * 2, "out"), d_dqkv(3 * btc * 2, "dqkv");
-    DeviceBuffer d_lse((size_t)BH * s.T * 4, "lse"), d_att((size_t)BH * s.T * s.T * 2, "P (naive)");
-    DeviceBuffer ws(std::max(attention_workspace_bytes(Variant::naive, s.B, s.T, C, s.NH),
-                             attention_workspace_bytes(Variant::flash, s.B, s.T, C, s.NH)), "workspace");
-    auto upload = [](void* dst, const std::vector<float>& v) {
+    static void upload(void* dst, const std::vector<float>& v) {
         std::vector<uint16_t> bits(v.size());
         for (size_t e = 0; e < v.size(); e++) bits[e] = harness::bf16_bits(v[e]);
         cudaCheck(cudaMemcpy(dst, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-    };
-    upload(d_qkv.p, qkv), upload(d_dout.p, dout);
-    auto* qkvp = (const floatX*)d_qkv.p;
-    auto* doutp = (const floatX*)d_dout.p;
-    auto* dqkvp = (floatX*)d_dqkv.p;
-
-    const auto naive_bwd = [&] {
-        attention_backward_naive(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_att.p, s.B, s.T, C, s.NH, stream);
-    };
-    const AttnEngine picked = attention_engine(AttnEngine::best, Pass::backward, s.HS);
-    const auto flash_bwd = [&] {  // the trainer's: `--attention flash`, the best engine here
-        attention_backward_flash(dqkvp, ws.p, doutp, qkvp, (const floatX*)d_out.p, (const float*)d_lse.p, s.B, s.T,
-                                 C, s.NH, AttnEngine::best, stream);
-    };
-    // The other bf16 flash backwards this card runs, each validated too, so that every timing below is of a
-    // checked kernel: the other engines and the other steps of the backward.
-    std::vector<std::pair<std::string, std::function<void()>>> others;
-    float* D = WorkspaceCarver(ws.p).take<float>(attention_backward_d_floats(s.B, s.NH, s.T));
-    const auto* outp = (const floatX*)d_out.p;
-    const auto* lsep = (const float*)d_lse.p;
-    if (attention_backward_flash_wgmma_supports(s.HS))
-        others.push_back({"attention_backward_flash_hopper_ws (bf16, step 3, warp-specialized)", [&, D] {
-            attention_backward_flash_hopper_ws(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream);
-        }});
-    if (!attention_engine_unsupported(AttnEngine::mma, Pass::backward, s.HS))
-        for (int w : {8, 4})
-            others.push_back({"attention_backward_flash_mma (bf16, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
-                attention_backward_flash_mma(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, s.HS, stream, w);
-            }});
-    const auto check = [&](const std::string& what, const std::function<void()>& run, harness::Rule rule,
-                           const std::vector<Compared>* baseline) {
-        harness::poison(d_dqkv.p, 3 * btc * 2, stream);
-        run();
+    }
+    std::vector<unsigned char> download_bits() const {
+        std::vector<unsigned char> b(3 * s.elems() * 2);
         cudaCheck(cudaStreamSynchronize(stream));
-        cudaCheck(cudaGetLastError());
-        std::vector<float> got[3];
-        download_grads(s, d_dqkv.p, got);
-        std::vector<harness::TensorCheck> checks;
+        cudaCheck(cudaMemcpy(b.data(), dqkv->p, b.size(), cudaMemcpyDeviceToHost));
+        return b;
+    }
+    std::string coverage() const {
+        char b[128];
+        if (sampled) snprintf(b, sizeof b, "%zu of %d heads, dq at %zu rows and dk, dv at %zu keys each", heads.size(),
+                              s.B * s.NH, rows.size(), keys.size());
+        else snprintf(b, sizeof b, "%zu of %d heads", heads.size(), s.B * s.NH);
+        return b;
+    }
+    AttnBwdParams params(void* workspace) const {
+        return {(floatX*)dqkv->p, (const floatX*)dout->p, (const floatX*)qkv->p, (const floatX*)out->p,
+                (const float*)lse->p, (const floatX*)att->p, s.B, s.NH, s.T, s.HS, workspace, stream};
+    }
+
+    // The rung's dq, dk, dv as the checks compare them: whole tensors, or the sampled heads, rows and keys.
+    std::vector<harness::TensorCheck> checks() const {
+        std::vector<float> g[3];
+        download_grads(s, dqkv->p, g);
         const char* names[3] = {"dq", "dk", "dv"};
-        if (s.T > 1) {
-            for (int w = 0; w < 3; w++) checks.push_back({names[w], std::move(got[w]), ref[w].data(), ranges, true, o_err[w]});
-        } else {  // T = 1: exact dQ = dK = 0 (P = 1, dS = 0), so judge dq|dk|dv as one tensor (atol from |dv|)
+        std::vector<harness::TensorCheck> out_checks;
+        for (int w = 0; w < 3; w++) {
+            std::vector<float> got = std::move(g[w]);
+            if (sampled) {  // gathered in the oracle's [head][sample][d] order
+                std::vector<float> pick;
+                for (int bh : heads)
+                    for (int t : (w == 0 ? rows : keys))
+                        for (int x = 0; x < s.HS; x++) pick.push_back(got[((size_t)bh * s.T + t) * s.HS + x]);
+                got = std::move(pick);
+            }
+            out_checks.push_back({names[w], std::move(got), ref[w].data(), ranges[w], true, o_err[w]});
+        }
+        if (s.T == 1 && !sampled) {  // exact dQ = dK = 0 (P = 1, dS = 0): judge dq|dk|dv as one tensor (atol from |dv|)
             harness::TensorCheck all{"dqkv", {}, ref_cat.data(), {}, true, std::max(o_err[0], o_err[1])};
             for (int w = 0; w < 3; w++) {
-                all.got.insert(all.got.end(), got[w].begin(), got[w].end());
-                for (const Range& r : ranges) all.ranges.push_back({r.first + w * btc, r.second + w * btc});
+                all.got.insert(all.got.end(), out_checks[w].got.begin(), out_checks[w].got.end());
+                for (const Range& r : ranges[w]) all.ranges.push_back({r.first + w * s.elems(), r.second + w * s.elems()});
             }
-            checks.push_back(std::move(all));
+            return {std::move(all)};
         }
-        char cover[64];
-        snprintf(cover, sizeof cover, "%d of %d heads", n, BH);
-        return harness::validate(what + " " + s.str() + ", oracle on " + cover, checks, rule, baseline);
-    };
-
-    // the forwards that make the backwards' inputs: naive -> P (B,NH,T,T); flash -> out, lse
-    attention_forward_naive((floatX*)d_out.p, (floatX*)d_att.p, ws.p, qkvp, s.B, s.T, C, s.NH, stream);
-    attention_forward_flash((floatX*)d_out.p, (float*)d_lse.p, qkvp, s.B, s.T, C, s.NH, AttnEngine::best, stream);
-    {
-        std::vector<uint16_t> bits(btc);
-        cudaCheck(cudaMemcpy(bits.data(), d_out.p, btc * 2, cudaMemcpyDeviceToHost));
-        std::vector<float> o_used(btc);
-        for (size_t e = 0; e < btc; e++) o_used[e] = harness::bf16_to_float(bits[e]);
-        oracle_backward(s, qkv, dout, o_used, heads, ref, o_err);
-        for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
+        return out_checks;
     }
-    const harness::Verdict base = check("attention_backward_naive (bf16)", naive_bwd, harness::Rule::Bf16Baseline, nullptr);
-    const std::string flash_name = std::string("attention_backward_flash (bf16, ") + engine_name(picked) + ")";
-    const harness::Verdict fl = check(flash_name, flash_bwd, harness::Rule::Bf16, &base.tensors);
-    std::vector<unsigned char> first(3 * btc * 2), again(3 * btc * 2);
-    cudaCheck(cudaMemcpy(first.data(), d_dqkv.p, first.size(), cudaMemcpyDeviceToHost));
-    flash_bwd();
-    cudaCheck(cudaStreamSynchronize(stream));
-    cudaCheck(cudaMemcpy(again.data(), d_dqkv.p, again.size(), cudaMemcpyDeviceToHost));
-    const bool same = first == again;
-    printf("  %s %s: second run %s\n", flash_name.c_str(), s.str().c_str(),
-           same ? "bit-identical: PASS" : "DIFFERS: FAIL (not deterministic)");
-    bool ok = base.ok && fl.ok && same;
-    for (const auto& [what, run] : others) {  // every step does the same products in the same order
-        ok = check(what, run, harness::Rule::Bf16, &base.tensors).ok && ok;
-        cudaCheck(cudaMemcpy(again.data(), d_dqkv.p, again.size(), cudaMemcpyDeviceToHost));
-        printf("  %s %s: %s the trainer's bits\n", what.c_str(), s.str().c_str(), again == first ? "the same as" : "differs from");
-    }
-    if (!timed || !ok) return ok;
 
-    const double flops = attention_backward_flops(s.B, s.NH, s.T, s.HS);
-    const auto time_one = [&](const std::string& what, const std::function<void()>& run, bool whole = true) {
-        harness::BenchOpts opts;
-        const harness::Timing t = harness::benchmark(run, stream, opts);
-        const double tf = flops / (t.median_ms * 1e9);
-        if (!whole) {  // one kernel of a backward: its time only (the FLOP count is the whole backward's)
-            printf("  time %s %s: %.4f ms  [median of %d, L2 flushed]\n", what.c_str(), s.str().c_str(), t.median_ms, t.reps);
-            return;
-        }
+    // Runs rung r on poisoned dqkv and judges it; then a second run must give the same bits.
+    bool check(const BwdRung& r, bool is_baseline) {
+        DeviceBuffer ws(r.workspace_bytes ? r.workspace_bytes(s.B, s.NH, s.T, s.HS) : 0, "workspace");
+        const AttnBwdParams p = params(ws.p);
+        harness::poison(dqkv->p, 3 * s.elems() * 2, stream);
+        r.run(p);
+        cudaCheck(cudaStreamSynchronize(stream));
+        cudaCheck(cudaGetLastError());
+        size_t nonfinite = 0;  // the whole dqkv, whatever the oracle checks
+        const std::vector<unsigned char> first = download_bits();
+        for (size_t e = 0; e < first.size(); e += 2) nonfinite += (((first[e + 1] & 0x7f) << 8 | first[e]) >> 7) == 0xff;
+        const std::string lbl = report::label(r) + " " + s.str() + ", oracle on " + coverage();
+        const harness::Verdict v = harness::validate(lbl, checks(), is_baseline ? harness::Rule::Bf16Baseline : harness::Rule::Bf16,
+                                                     is_baseline ? nullptr : &baseline);
+        if (is_baseline) baseline = v.tensors, baseline_ok = v.ok;
+        if (nonfinite) printf("  %s: FAIL (%zu NaN/inf elements in dqkv)\n", lbl.c_str(), nonfinite);
+        r.run(p);
+        const bool same = download_bits() == first;
+        printf("  %s %s: second run %s; %s the trainer's bits (flash:%s)\n", report::label(r).c_str(), s.str().c_str(),
+               same ? "bit-identical: PASS" : "DIFFERS: FAIL (not deterministic)",
+               first == trainer_bits ? "the same as" : "differs from", trainer_engine.c_str());
+        if (!is_baseline && !baseline_ok) printf("  %s: FAIL (its baseline, rung 1, failed its own check)\n", lbl.c_str());
+        return v.ok && same && !nonfinite && baseline_ok;
+    }
+
+    report::Measured time(const BwdRung& r, double budget_s) {
+        DeviceBuffer ws(r.workspace_bytes ? r.workspace_bytes(s.B, s.NH, s.T, s.HS) : 0, "workspace");
+        const AttnBwdParams p = params(ws.p);
+        harness::BenchOpts opts;  // 1 warm-up and at least 2 timed runs: a slow rung takes seconds per run at T = 32K
+        opts.budget_s = budget_s, opts.warmup = 1, opts.min_reps = 2;
+        const harness::Timing t = harness::benchmark([&] { r.run(p); }, stream, opts);
+        const report::Measured m{t.median_ms, attention_backward_flops(s.B, s.NH, s.T, s.HS) / (t.median_ms * 1e9), t.reps};
         printf("  time %s %s: %.4f ms  %.2f TFLOP/s  %.2f%% of %.0f (bf16 peak, measured)  [median of %d, L2 flushed]\n",
-               what.c_str(), s.str().c_str(), t.median_ms, tf, 100 * tf / PEAK_BF16_TFLOPS, PEAK_BF16_TFLOPS, t.reps);
-    };
-    time_one("attention_backward_naive (bf16)", naive_bwd);
-    time_one(flash_name, flash_bwd);
-    for (const auto& [what, run] : others) time_one(what, run);
-    if (attention_backward_flash_wgmma_supports(s.HS)) {  // where the wgmma backward's time goes: its kernels apart
-        time_one("attention_backward_flash (wgmma): its dQ kernel alone", [&, D] {
-            attention_backward_flash_wgmma_dq(dqkvp, D, doutp, qkvp, outp, lsep, s.B, s.T, s.NH, stream);
-        }, false);
-        time_one("attention_backward_flash (wgmma): its dK/dV kernel alone", [&, D] {
-            attention_backward_flash_wgmma_dkdv(dqkvp, D, doutp, qkvp, s.B, s.T, s.NH, stream);
-        }, false);
+               report::label(r).c_str(), s.str().c_str(), m.ms, m.tflops, 100 * m.tflops / report::kPeakBf16,
+               report::kPeakBf16, m.reps);
+        return m;
     }
-    return ok;
+};
+
+// One cell of the table: rung r validated, then timed; or why it was skipped.
+inline report::Cell cell(const BwdRung& r, Problem& p, bool timed) {
+    if (!r.supports(p.s.HS)) return {"skip: head dim " + std::to_string(p.s.HS) + " not supported", {}};
+    try {
+        if (!p.check(r, r.id == 1)) return {"FAIL", {}};
+        return {"ok", timed ? p.time(r, 0.5) : report::Measured{}};
+    } catch (const Error& e) {  // e.g. no sm_90a device for rungs 5 and 6, or a workspace that does not fit
+        return {std::string("skip: ") + e.what(), {}};
+    }
 }
 
-inline int cmd_bwd(int argc, char** argv) {  // argv[0] = "bwd"
+// The baseline of the bf16 rule first (rung 1 of `table`, checked quietly when it is not among `rungs`).
+template <class Table>
+inline void ensure_baseline(Problem& p, const Table& table, const std::vector<const BwdRung*>& rungs) {
+    for (const BwdRung* r : rungs)
+        if (r->id == 1) return;  // it runs first, as the table's first entry
+    for (const BwdRung& r : table)
+        if (r.id == 1) {
+            printf(" baseline for the bf16 rule: %s on the same inputs\n", report::label(r).c_str());
+            p.check(r, true);
+            return;
+        }
+    fail("the RUNGS_BWD table has no rung 1 (naive): the bf16 rule needs it");
+}
+
+// `runner bench --pass bwd`: every rung of rep.rungs on the backward's anchor shapes. Returns the failures.
+template <class Table>
+inline int bench(report::Report<BwdRung>& rep, const Table& table, uint64_t seed) {
+    const Shape shapes[] = {{8, 12, 1024, 64},  {64, 12, 1024, 64}, {4, 12, 4096, 64},  {1, 12, 16384, 64},
+                            {1, 12, 32768, 64}, {16, 16, 2048, 128}, {4, 16, 8192, 128}};
+    printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", rep.card.c_str(), (unsigned long long)seed, rep.rungs.size(),
+           std::size(shapes));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    int failed = 0;
+    for (const Shape& s : shapes) {
+        rep.shapes.push_back(s);
+        rep.cells.emplace_back();
+        try {
+            Problem p(s, seed + rep.shapes.size(), stream);
+            rep.coverage.push_back(p.coverage());
+            printf("== %s: the oracle checks %s\n", s.str().c_str(), p.coverage().c_str());
+            ensure_baseline(p, table, rep.rungs);
+            for (const BwdRung* r : rep.rungs) {
+                const report::Cell c = cell(*r, p, true);
+                if (c.status != "ok") printf("  %s %s: %s\n", report::label(*r).c_str(), s.str().c_str(), c.status.c_str());
+                failed += c.status == "FAIL";
+                rep.cells.back().push_back(c);
+            }
+        } catch (const Error& e) {  // the shape's inputs or forwards do not fit: every rung skipped, saying why
+            if (rep.coverage.size() < rep.shapes.size()) rep.coverage.push_back("not run");
+            for (size_t k = rep.cells.back().size(); k < rep.rungs.size(); k++)
+                rep.cells.back().push_back({std::string("skip: ") + e.what(), {}});
+        }
+    }
+    cudaCheck(cudaStreamDestroy(stream));
+    if (failed) printf("bench: %d rung x shape validations FAILED (marked FAIL in the tables)\n", failed);
+    return failed;
+}
+
+// `runner bwd V|all [B NH T HS] [--seed S]`
+template <class Table>
+inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "bwd"
+    if (argc < 2) fail("usage: runner bwd V|all [B NH T HS] [--seed S]");
+    std::vector<const BwdRung*> rungs;
+    const bool all = !strcmp(argv[1], "all");
+    const int id = all ? 0 : (int)args::parse_int("bwd V", argv[1], 1, 1000);
+    for (const BwdRung& r : table)
+        if (all || r.id == id) rungs.push_back(&r);
+    if (rungs.empty()) fail("bwd: there is no backward rung %d (see --list)", id);
     std::vector<int> pos;
     uint64_t seed = std::random_device{}();
-    for (int i = 1; i < argc; i++) {
+    for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
         else pos.push_back((int)args::parse_int("bwd B/NH/T/HS", argv[i], 1, 1 << 24));
     }
     if (!pos.empty() && pos.size() != 4) fail("bwd: give all four of B NH T HS, or none");
-    std::vector<Shape> checks;  // validated in order; the last one is also timed
+    std::vector<Shape> shapes;  // validated in order; the last one is also timed
     if (pos.empty()) {
-        for (Shape s : {Shape{1, 1, 1, 64}, Shape{1, 2, 2, 64}, Shape{2, 3, 37, 64}, Shape{2, 2, 257, 64},
-                        Shape{1, 2, 1000, 64}, Shape{1, 2, 257, 128}})
-            checks.push_back(s);
-        checks.push_back({4, 12, 1024, 64});
+        for (int hs : {64, 128})
+            for (Shape s : {Shape{1, 1, 1, hs}, Shape{1, 2, 2, hs}, Shape{2, 3, 17, hs}, Shape{1, 2, 63, hs},
+                            Shape{2, 2, 65, hs}, Shape{1, 2, 1000, hs}, Shape{1, 1, 2047, hs}})
+                shapes.push_back(s);
+        shapes.push_back({4, 12, 1024, 64});
     } else {
         const Shape s{pos[0], pos[1], pos[2], pos[3]};
         if ((size_t)s.B * s.NH > 65535) fail("bwd: B·NH = %zu exceeds 65535", (size_t)s.B * s.NH);
         if (3 * s.elems() >= (1ull << 31)) fail("bwd: 3·B·NH·T·HS = %zu elements: this runner stays below 2^31", 3 * s.elems());
-        checks.push_back(s);
+        shapes.push_back(s);
     }
     printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     bool all_ok = true;
-    for (size_t c = 0; c < checks.size(); c++)
-        all_ok = run_shape(checks[c], seed + c, c + 1 == checks.size(), stream) && all_ok;
+    for (size_t c = 0; c < shapes.size(); c++) {
+        const Shape& s = shapes[c];
+        const bool timed = c + 1 == shapes.size();
+        Problem p(s, seed + c, stream);
+        printf("== %s: the oracle checks %s\n", s.str().c_str(), p.coverage().c_str());
+        ensure_baseline(p, table, rungs);
+        for (const BwdRung* r : rungs) {
+            const report::Cell cl = cell(*r, p, timed);
+            if (cl.status == "FAIL") all_ok = false;
+            else if (cl.status != "ok") {
+                printf("  %s %s: %s\n", report::label(*r).c_str(), s.str().c_str(), cl.status.c_str());
+                if (!pos.empty() && !all) all_ok = false;  // a shape asked for by name must run
+            }
+        }
+        if (timed && (all || id == 5) && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's time goes
+            DeviceBuffer ws(attention_backward_d_floats(s.B, s.NH, s.T) * sizeof(float), "D");
+            const AttnBwdParams q = p.params(ws.p);
+            float* D = (float*)ws.p;
+            for (int k = 0; k < 2; k++) {
+                const harness::Timing t = harness::benchmark([&] {
+                    if (k == 0) attention_backward_flash_wgmma_dq(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, stream);
+                    else attention_backward_flash_wgmma_dkdv(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, stream);
+                }, stream);
+                printf("  time 5 hopper_wgmma: its %s kernel alone %s: %.4f ms  [median of %d, L2 flushed]\n",
+                       k == 0 ? "dQ" : "dK/dV", s.str().c_str(), t.median_ms, t.reps);
+            }
+        }
+    }
     cudaCheck(cudaStreamDestroy(stream));
     printf(all_ok ? "bwd: all checks passed\n" : "bwd: FAILED (see FAIL lines above)\n");
     return all_ok ? 0 : 1;

@@ -1,24 +1,28 @@
-// Backward step 3: a warp-specialized dK/dV kernel (FlashAttention-3's structure, Shah et al. 2024,
-// arXiv:2407.08608, §3.1), measured and no faster than step 2, the trainer's (llmc/attention/wgmma_backward.cuh,
-// whose dQ kernel and dK/dV step, wgmma_backward::dkdv_step, it reuses). Kept because why it loses teaches.
+// Backward rung 6 — warp specialization: rung 5's dK/dV kernel with a TMA producer and two consumer warpgroups
+// (FlashAttention-3's structure, Shah et al. 2024, arXiv:2407.08608, §3.1), measured and no faster than rung 5,
+// the trainer's (llmc/attention/wgmma_backward.cuh, whose dQ kernel and dK/dV step, wgmma_backward::dkdv_step, it
+// reuses). Kept because why it loses teaches.
 //
-// The idea: step 2's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
+// The idea: rung 5's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
 // every step. Here a producer thread issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
 // mbarriers, two consumer warpgroups (128 keys) never meet at a barrier, setmaxnreg gives them 240 registers,
 // and the grid is persistent (one block per SM, items heaviest first in L2-sized sections; the next item's
 // K_j, V_j land while the last one's dK, dV are stored).
 //
-// Why it does not win at head size 64 (our reading, not profiled): once ptxas stopped serializing step 2's
-// wgmmas (see its header), its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier stalls
-// only one of the three; here 8 consumer warps do the math, and the copies the producer takes off their hands
-// were cheap. The measurements, and the variants tried on the way: doc/attention/backward.md, "Step 3".
+// Why it does not win at head size 64 (our reading, not profiled): once ptxas stopped serializing rung 5's
+// wgmmas (see its engine's header), its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier
+// stalls only one of the three; here 8 consumer warps do the math, and the copies the producer takes off their
+// hands were cheap. The measurements, and the variants tried on the way: doc/attention/backward/6_warp_specialized.md.
 // One variant taught something about tools: a TMA bulk copy of lse and D read with ordinary loads is reported
 // by compute-sanitizer's racecheck as a race (generic reads of async-proxy writes), so each consumer warp copies
-// them itself with cp.async.
+// them itself with cp.async. Same products in the same order as rung 5: the same bits.
+// Measured: the "Measured" block of doc/attention/backward/6_warp_specialized.md, written by `make bench-attention`.
+// Command: ./dev/attention/runner bwd 6
 #pragma once
 #include <algorithm>
 
 #include "llmc/attention/wgmma_backward.cuh"
+#include "dev/attention/attention.cuh"
 #include "llmc/attention/wgmma_forward_pipeline.cuh"  // the tile order, release()
 
 namespace flashgpt2 {
@@ -186,3 +190,13 @@ inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const flo
 }
 
 }  // namespace flashgpt2
+
+namespace ladder::b6 {
+inline bool supports(int HS) { return HS == 64; }  // and an sm_90a device, as rung 5
+inline size_t workspace_bytes(int B, int NH, int T, int) { return flashgpt2::attention_backward_d_floats(B, NH, T) * sizeof(float); }
+}  // namespace ladder::b6
+
+inline void attention_backward_warp_specialized(const AttnBwdParams& p) {
+    flashgpt2::attention_backward_flash_hopper_ws(p.dqkv, (float*)p.workspace, p.dout, p.qkv, p.out, p.lse, p.B, p.T,
+                                                  p.NH, p.HS, p.stream);
+}
