@@ -18,7 +18,6 @@
 #pragma once
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -290,7 +289,7 @@ inline report::Cell cell(const BwdRung& r, Problem& p, bool timed) {
     }
 }
 
-// The baseline of the bf16 rule first (rung 1 of `table`, checked quietly when it is not among `rungs`).
+// The baseline of the bf16 rule first: rung 1 of `table`, checked on its own when it is not among `rungs`.
 template <class Table>
 inline void ensure_baseline(Problem& p, const Table& table, const std::vector<const BwdRung*>& rungs) {
     for (const BwdRung* r : rungs)
