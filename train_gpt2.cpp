@@ -214,11 +214,7 @@ RunRecord run_record(const Options& o, const GPT2Config& cfg, const std::vector<
     r.set("init", std::string(init));
     r.set("train_data", train_data.fingerprint());
     r.set("batch", (long long)o.B), r.set("seq_len", (long long)o.T), r.set("steps", (long long)o.steps);
-    r.set("lr", (double)o.lr), r.set("warmup", (long long)o.warmup), r.set("final_lr_frac", (double)o.final_frac);
-    r.set("schedule", std::string("linear warm-up, cosine decay (llmc/schedule.h)"));
-    r.set("adamw", std::string("beta1 0.9 beta2 0.95 eps 1e-08"));
-    r.set("weight_decay", (double)o.weight_decay), r.set("grad_clip", (double)o.grad_clip);
-    r.set("spike_z", (double)o.spike_z), r.set("seed", (long long)o.seed);
+    record_recipe(r, o.lr, o.warmup, o.final_frac, o.weight_decay, o.grad_clip, o.spike_z, o.seed);
     return r;
 }
 

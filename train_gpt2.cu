@@ -228,11 +228,7 @@ inline RunRecord run_record(const TrainOptions& o, const GPT2Config& cfg, const 
     r.set("train_data", train_loader.fingerprint());
     r.set("batch", (long long)o.B), r.set("seq_len", (long long)o.T), r.set("total_batch", (long long)tokens_per_step);
     r.set("num_gpus", (long long)world), r.set("steps", (long long)o.steps);
-    r.set("lr", (double)o.lr), r.set("warmup", (long long)o.warmup), r.set("final_lr_frac", (double)o.final_lr_frac);
-    r.set("schedule", std::string("linear warm-up, cosine decay (llmc/schedule.h)"));
-    r.set("adamw", std::string("beta1 0.9 beta2 0.95 eps 1e-08"));
-    r.set("weight_decay", (double)o.weight_decay), r.set("grad_clip", (double)o.grad_clip);
-    r.set("spike_z", (double)o.spike_z), r.set("seed", (long long)o.seed);
+    record_recipe(r, o.lr, o.warmup, o.final_lr_frac, o.weight_decay, o.grad_clip, o.spike_z, o.seed);
     return r;
 }
 

@@ -95,6 +95,16 @@ struct RunRecord {
     }
 };
 
+// The optimizer recipe, as both trainers record it (the same keys, values and order in run_settings.txt).
+inline void record_recipe(RunRecord& r, double lr, long long warmup, double final_lr_frac, double weight_decay,
+                          double grad_clip, double spike_z, unsigned long long seed) {
+    r.set("lr", lr), r.set("warmup", warmup), r.set("final_lr_frac", final_lr_frac);
+    r.set("schedule", std::string("linear warm-up, cosine decay (llmc/schedule.h)"));
+    r.set("adamw", std::string("beta1 0.9 beta2 0.95 eps 1e-08"));
+    r.set("weight_decay", weight_decay), r.set("grad_clip", grad_clip);
+    r.set("spike_z", spike_z), r.set("seed", (long long)seed);
+}
+
 inline RunRecord read_run_record(const std::string& path) {
     if (file_size(path) > RUN_RECORD_MAX_BYTES)
         fail("%s: larger than %zu bytes: not a run settings file", path.c_str(), RUN_RECORD_MAX_BYTES);
