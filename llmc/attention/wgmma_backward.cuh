@@ -93,11 +93,15 @@ __device__ __forceinline__ void tiles_landed() {
 
 // One step of a dK/dV warpgroup: its 64 keys (rows of Kw, Vw; this thread's key_g, key_g + 8; its warp's
 // first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
-// floats). `meanwhile` runs while S^T and dP^T are on the tensor cores. Returns with every wgmma complete.
-template <class F>
+// floats). `meanwhile` runs while S^T and dP^T are on the tensor cores; `with_ds(dsa)`, given dS^T as bf16 A
+// fragments, while dK runs (it may issue wgmmas of its own). Returns with every wgmma complete.
+struct NoDs {
+    __device__ void operator()(const uint32_t (&)[4][4]) const {}
+};
+template <class F, class G = NoDs>
 __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], uint32_t Kw, uint32_t Vw,
                                           uint32_t Qi, uint32_t dOi, const float* L, int i0, int wk0, int key_g,
-                                          int t, float sl2, F&& meanwhile) {
+                                          int t, float sl2, F&& meanwhile, G&& with_ds = G{}) {
     float st[8][4], dpt[8][4];
     hp::wgmma_fence();
     gemm_ss(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
@@ -140,7 +144,8 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], 
     hp::wgmma_fence();      // dS^T fragments written before the wgmma reads them
     gemm_rs(dk, dsa, Qi);   // dK_j += dS^T Q_i
     hp::wgmma_commit();
-    hp::wgmma_wait<0>();    // dV and dK done: their registers may be read, the tiles refilled
+    with_ds(dsa);
+    hp::wgmma_wait<0>();    // dV, dK (and with_ds's products) done: their registers may be read, the tiles refilled
     hp::fence_regs(dv);
     hp::fence_regs(dk);
 }

@@ -151,6 +151,23 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+// D(64×64, fp32) (+)= A(64×16, smem, MN-major) · B(16×64, smem, MN-major): imm-trans-a = imm-trans-b = 1, both
+// operands stored with their k index as the tile's rows (the backward's dQ_i = dS K_j, with dS held as dS^T).
+__device__ __forceinline__ void wgmma_m64n64k16_ss_mn(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                                      int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // D(64×128, fp32) (+)= A(64×16, smem, K-major) · B(16×128, smem, K-major); scale_d = 0: D = A·B.
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
                                                    int scale_d) {
@@ -206,6 +223,24 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     static_assert(N == 64 || N == 128, "wgmma_rs: N is 64 or 128");
     if constexpr (N == 64) wgmma_m64n64k16_rs(d, a, desc_b, scale_d);
     else wgmma_m64n128k16_rs(d, a, desc_b, scale_d);
+}
+
+// ---- ordered hand-offs between blocks through global memory ---------------------------------------
+// (PTX ISA, "Memory Consistency Model", and red's vector forms, sm_90.) A block waits for a counter with an
+// acquire load, adds its partial sums with red (fire-and-forget atomics at the L2), and bumps the counter
+// after a barrier with fence + atomic add: the next block's acquire then sees every add of this one.
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_add_v4(float* p, float4 v) {  // p 16-byte aligned
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void release_add(uint32_t* p) {  // every write this thread has seen, then *p += 1
+    __threadfence();
+    atomicAdd(p, 1u);
 }
 
 // ---- host: tensor maps -------------------------------------------------------------------------------
