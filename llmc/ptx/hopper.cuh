@@ -243,6 +243,36 @@ __device__ __forceinline__ void release_add(uint32_t* p) {  // every write this 
     atomicAdd(p, 1u);
 }
 
+// ---- clusters: blocks that read and write each other's shared memory (sm_90) -----------------------
+// (PTX ISA, "Distributed shared memory", mapa, barrier.cluster.) A kernel with __cluster_dims__ runs its
+// blocks in groups that are scheduled together on one GPC; a block maps a neighbour's shared-memory address
+// with mapa, stores there and arrives on the neighbour's mbarriers; waits use cluster-scope acquire.
+__device__ __forceinline__ void cluster_sync() {  // every block of the cluster got here; their writes are seen
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t smem_addr, uint32_t rank) {  // the same offset in block rank
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_cluster_v4(uint32_t addr, float4 v) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {  // release: our earlier writes first
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {  // acquire at cluster scope
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
 // ---- host: tensor maps -------------------------------------------------------------------------------
 // cuTensorMapEncodeTiled is a driver API function; fetched through the runtime so no -lcuda is needed.
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {

@@ -24,6 +24,11 @@
 //   * blocks are launched last key tile first (light ones first).
 // Costs that rung 5 did not have: per step one more barrier, the counter's wait, 16 KB of fp32 adds at the L2;
 // per call an fp32 accumulator of B·NH·T·HS floats (the workspace) and the pre-pass.
+// What is still slow: it is slower than rung 5 at every shape. Taking the step apart (its page): the two
+// saved products are worth what they should be, but the adds at the L2 and the wait for the neighbour's turn
+// each cost about as much again. FlashAttention-3 pays for the adds over 128 x 128 tiles (half the bytes
+// per product) with a warp of their own; that needs two consumer warpgroups per block, which rung 6 shows
+// our kernel does not yet run well. Rung 8 tries summing on chip first.
 // Measured: the "Measured" block of doc/attention/backward/7_fused_dq.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 7
 #pragma once

@@ -11,8 +11,9 @@
 //              dV at 33 keys (both sides of the 64- and 128-row tile edges, the middle, the ends, 24 at random), so
 //              that a long shape validates in seconds; the whole dqkv is still scanned for NaN/inf
 // under the bf16 rule, whose baseline is rung 1 (naive) on the same inputs. Every rung must also give the same
-// bits on a second run (deterministic: no atomics), and is said to give the trainer's bits or not. Then it is
-// timed (CUDA events, warm-up, median, L2 flushed) and scored with the FlashAttention count for the backward.
+// bits on a second run (deterministic: no atomics, or atomics in a fixed order), and is said to give the
+// trainer's bits or not. Then it is timed (CUDA events, warm-up, median, L2 flushed) and scored with the
+// FlashAttention count for the backward.
 // No shape: odd shapes (T = 1, 2, 17, 63, 65, 1000, 2047; HS 64 and 128) are validated, then (4,12,1024,64)
 // is validated and timed. On an H100/H200, `bwd 5` also times the wgmma backward's two kernels apart.
 #pragma once
