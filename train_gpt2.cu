@@ -220,6 +220,7 @@ inline RunRecord run_record(const TrainOptions& o, const GPT2Config& cfg, const 
     RunRecord r;
     r.set("trainer", std::string("train_gpt2cu (GPU, ") + PRECISION_NAME + ")");
     r.set("kernels", o.kernels.str());
+    if (o.recompute) r.set("recompute", (long long)o.recompute);  // absent at -r 0: the records of older runs match
     r.set("model", config_str(cfg));
     char init[160];
     if (config_from_depth(o.init)) snprintf(init, sizeof init, "random %s (seed %llu)", o.init.c_str(), o.seed);
@@ -291,7 +292,7 @@ inline TrainResult train(const TrainOptions& o) {
     // 3. the model on the GPU
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.local_rank));
-    GPT2Model model(cfg, o.kernels, o.B, o.T, dist.world, dist.rank);
+    GPT2Model model(cfg, o.kernels, o.B, o.T, dist.world, dist.rank, o.recompute == 1);
     Rng rng(o.seed + 1);  // sampling (a generator of its own: init and data order are llm.c's streams)
     int first_step = 0;
     TrainState resumed;

@@ -78,7 +78,9 @@ struct MemoryPlan {
     size_t total() const { return params + grads + master + adam + activations + workspace; }
 };
 
-inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, int T, int num_shards = 1) {
+// recompute: GELU's output is one (B, T, 4C) buffer that the backward refills per layer, not one per layer.
+inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, int T, int num_shards = 1,
+                              bool recompute = false) {
     MemoryPlan m;
     const size_t P = num_parameters(c), N = (size_t)B * T, L = c.num_layers, C = c.channels;
     const size_t X = sizeof(floatX), F = sizeof(float);
@@ -92,7 +94,8 @@ inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, i
                     + L * N * C * X * 2 + L * N * F * 4  // ln1, ln2 and their mean/rstd
                     + L * N * 3 * C * X              // qkv
                     + L * N * C * X * 3              // atty, residual2, residual3
-                    + L * N * 4 * C * X * 2          // fch, fch_gelu
+                    + L * N * 4 * C * X              // fch
+                    + (recompute ? 1 : L) * N * 4 * C * X  // fch_gelu
                     + N * C * X + N * F * 2          // lnf, its mean/rstd
                     + N * c.padded_vocab_size * X    // logits
                     + N * F + N * 4 * 2              // losses, inputs, targets

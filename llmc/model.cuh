@@ -103,7 +103,7 @@ struct ActivationTensors {
     float* ln2_mean;    // (L, B, T)
     float* ln2_rstd;    // (L, B, T)
     floatX* fch;        // (L, B, T, 4C)   fc output before GELU
-    floatX* fch_gelu;   // (L, B, T, 4C)
+    floatX* fch_gelu;   // (L, B, T, 4C); with recompute (B, T, 4C): every block's, refilled by the backward
     floatX* residual3;  // (L, B, T, C)    x after the MLP block
     floatX* lnf;        // (B, T, C)
     float* lnf_mean;    // (B, T)
@@ -149,6 +149,7 @@ struct GPT2Model {
     GPT2Config config;
     KernelSet ks;
     int B = 0, T = 0;  // the allocated micro-batch shape: forward() accepts any B' <= B, T' <= T
+    bool recompute = false;  // GELU's output is recomputed by the backward, not kept per layer (train -r 1)
     size_t num_params = 0;
     ParamLayout layout;
     MemoryPlan plan;
@@ -176,8 +177,9 @@ struct GPT2Model {
     int* tokens_pinned = nullptr;     // (2, B, T) page-locked staging of inputs and targets: copies stay async
     cudaEvent_t tokens_copied = nullptr;  // the last copy out of tokens_pinned has finished
 
-    GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_, int shards = 1, int shard = 0)
-        : config(cfg), ks(kernels), B(B_), T(T_), num_shards(shards), shard_rank(shard) {
+    GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_, int shards = 1, int shard = 0,
+              bool recompute_gelu = false)
+        : config(cfg), ks(kernels), B(B_), T(T_), recompute(recompute_gelu), num_shards(shards), shard_rank(shard) {
         validate_config(cfg, "model");
         if (B < 1 || T < 1) fail("-b/-t: B=%d and T=%d must be positive", B, T);
         if (T > cfg.max_seq_len) fail("-t: T=%d exceeds the model's max_seq_len %d", T, cfg.max_seq_len);
@@ -192,7 +194,7 @@ struct GPT2Model {
         shard_begin = std::min(num_params, (size_t)shard_rank * shard_size);
         shard_end = std::min(num_params, shard_begin + shard_size);
         shard_layout = layout_slice(layout, shard_begin, shard_end);
-        plan = plan_memory(cfg, ks, B, T, num_shards);
+        plan = plan_memory(cfg, ks, B, T, num_shards, recompute);
         check_memory_fits(plan, B, T, ks);
         mem.hint = "reduce -b (batch size) or -t (sequence length)";
         cudaCheck(cudaStreamCreate(&stream));
@@ -286,7 +288,7 @@ inline void GPT2Model::allocate() {
     a.ln2_mean = mem.alloc_n<float>(L * N, "activations (ln2 mean)");
     a.ln2_rstd = mem.alloc_n<float>(L * N, "activations (ln2 rstd)");
     a.fch = mem.alloc_n<floatX>(L * N * 4 * C, "activations (fch)");
-    a.fch_gelu = mem.alloc_n<floatX>(L * N * 4 * C, "activations (fch_gelu)");
+    a.fch_gelu = mem.alloc_n<floatX>((recompute ? 1 : L) * N * 4 * C, "activations (fch_gelu)");
     a.residual3 = mem.alloc_n<floatX>(L * N * C, "activations (residual3)");
     a.lnf = mem.alloc_n<floatX>(N * C, "activations (lnf)");
     a.lnf_mean = mem.alloc_n<float>(N, "activations (lnf mean)");
@@ -313,7 +315,7 @@ inline BlockActivations GPT2Model::block(int l) const {
             layer(a.ln1, l, C),       layer(a.qkv, l, 3 * C),      layer(a.atty, l, C),
             layer(a.ln1_mean, l, 1),  layer(a.ln1_rstd, l, 1),     a.att_saved + l * att_saved_bytes,
             layer(a.residual2, l, C), layer(a.ln2, l, C),          layer(a.ln2_mean, l, 1),
-            layer(a.ln2_rstd, l, 1),  layer(a.fch, l, 4 * C),      layer(a.fch_gelu, l, 4 * C),
+            layer(a.ln2_rstd, l, 1),  layer(a.fch, l, 4 * C),      recompute ? a.fch_gelu : layer(a.fch_gelu, l, 4 * C),
             layer(a.residual3, l, C)};
 }
 
@@ -440,7 +442,9 @@ inline void GPT2Model::backward() {
     for (int l = L - 1; l >= 0; l--) {
         const BlockActivations y = block(l);
         const BlockWeights w = p.block(l, C), dw = g.block(l, C);
-        // MLP: dres = d residual3, passed unchanged to residual2 and to fcproj (then through the GELU)
+        // MLP: dres = d residual3, passed unchanged to residual2 and to fcproj (then through the GELU);
+        // with recompute, GELU's output first (the forward left the last block's in the shared buffer)
+        if (recompute && l < L - 1) gelu_forward(ctx, y.fch_gelu, y.fch, (size_t)N * 4 * C);
         matmul_backward(ctx, dbt4c, dw.fcprojw, dw.fcprojb, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C);
         matmul_backward(ctx, dbtc, dw.fcw, dw.fcb, dbt4c, y.ln2, w.fcw, nullptr, N, C, 4 * C);
         layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, dbtc, y.residual2, w.ln2w, y.ln2_mean, y.ln2_rstd, N, C);

@@ -30,6 +30,7 @@ struct TrainOptions {
     int B = 16;                    // sequences per micro-batch
     int T = 1024;                  // tokens per sequence
     long total_batch = -1;         // tokens per optimizer step; -1 = B*T (no gradient accumulation)
+    int recompute = 0;             // 1: the backward recomputes GELU's output instead of keeping it per layer (llm.c -r)
     int steps = 250;               // optimizer steps
     float lr = 6e-4f;              // peak learning rate
     int warmup = 20;               // linear warm-up steps
@@ -78,6 +79,8 @@ inline void print_help(FILE* f) {
             "  -t T           sequence length                            [%d]\n"
             "  -d TOKENS      total batch in tokens per step (gradient accumulation over TOKENS/(B*T) micro-batches;\n"
             "                 -1 = B*T)                                  [%ld]\n"
+            "  -r 0|1         1: keep GELU's input only and recompute its output in the backward, one layer at a time\n"
+            "                 (as llm.c's -r 1): (L-1)*B*T*4C fewer activations, one more GELU pass per layer [%d]\n"
             "optimization (AdamW, beta1 0.9, beta2 0.95, eps 1e-8):\n"
             "  -x STEPS       optimizer steps                            [%d]\n"
             "  -l LR          peak learning rate                         [%g]\n"
@@ -124,7 +127,7 @@ inline void print_help(FILE* f) {
             "  --quiet        no step lines on stdout (main.log keeps them)\n"
             "  -h, --help     this text\n",
             PRECISION_NAME, d.train_glob.c_str(), d.val_glob.c_str(), d.tokenizer.c_str(), d.init.c_str(), d.B, d.T,
-            d.total_batch, d.steps, d.lr, d.warmup, d.final_lr_frac, d.weight_decay, d.grad_clip, d.val_every,
+            d.total_batch, d.recompute, d.steps, d.lr, d.warmup, d.final_lr_frac, d.weight_decay, d.grad_clip, d.val_every,
             d.val_max_batches, d.sample_every, d.gen_tokens, d.top_k, d.temperature, d.checkpoint_every,
             d.out_dir.c_str(), d.spike_z, d.seed);
 }
@@ -169,6 +172,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
             o.total_batch = args::parse_int(f, v, -1, INT_MAX);
             if (o.total_batch != -1 && o.total_batch < 1) fail("-d: %ld must be -1 or a positive token count", o.total_batch);
         }
+        else if (a == "-r") o.recompute = (int)args::parse_int(f, v, 0, 1);
         else if (a == "-x") o.steps = (int)args::parse_int(f, v, 1, BIG);
         else if (a == "-l") o.lr = (float)args::parse_float(f, v, 0.0, 10.0);
         else if (a == "-u") o.warmup = (int)args::parse_int(f, v, 0, BIG);

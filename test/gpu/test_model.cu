@@ -39,6 +39,7 @@ constexpr double BF16_LOSS_ATOL = rule::MODEL_BF16_LOSS_ATOL;
 struct NamedSet {
     const char* name;
     KernelSet ks;
+    bool recompute = false;  // true: GELU's output recomputed by the backward (the trainer's -r 1)
 };
 
 std::vector<NamedSet> kernel_sets() {
@@ -56,6 +57,7 @@ std::vector<NamedSet> kernel_sets() {
     KernelSet fp32 = KernelSet::all(Variant::flash);
     fp32.set("attention", "flash:fp32");
     sets.push_back({"all flash, attention flash:fp32", fp32});
+    sets.push_back({"all flash, -r 1 (GELU's output recomputed)", KernelSet::all(Variant::flash), true});
     if (gtest::BF16_BUILD) {
         KernelSet mma = KernelSet::all(Variant::flash);
         mma.set("attention", "flash:mma");
@@ -89,7 +91,7 @@ void poison_activations(GPT2Model& m) {
         {a.encoded, N * C * X}, {a.ln1, L * N * C * X}, {a.ln1_mean, L * N * F}, {a.ln1_rstd, L * N * F},
         {a.qkv, L * N * 3 * C * X}, {a.atty, L * N * C * X}, {a.att_saved, L * m.att_saved_bytes},
         {a.residual2, L * N * C * X}, {a.ln2, L * N * C * X}, {a.ln2_mean, L * N * F}, {a.ln2_rstd, L * N * F},
-        {a.fch, L * N * 4 * C * X}, {a.fch_gelu, L * N * 4 * C * X}, {a.residual3, L * N * C * X},
+        {a.fch, L * N * 4 * C * X}, {a.fch_gelu, (m.recompute ? 1 : L) * N * 4 * C * X}, {a.residual3, L * N * C * X},
         {a.lnf, N * C * X}, {a.lnf_mean, N * F}, {a.lnf_rstd, N * F}, {a.logits, N * Vp * X}, {a.losses, N * F},
         {a.dresidual, N * C * X}, {a.scratch_btc, N * C * X}, {a.scratch_bt4c, N * 4 * C * X}};
     for (const auto& [p, bytes] : bufs) cudaCheck(cudaMemset(p, 0xFF, bytes));  // all-ones bits: NaN in fp32 and bf16
@@ -144,7 +146,7 @@ void check_loss_and_grads(const GPT2Config& cfg, int B, int T, uint64_t seed) {
     std::vector<double> ref_max(NUM_PARAMETER_TENSORS);  // max |oracle gradient| per tensor
     const auto sets = kernel_sets();
     for (const NamedSet& set : sets) {
-        GPT2Model m(cfg, set.ks, B, T);
+        GPT2Model m(cfg, set.ks, B, T, 1, 0, set.recompute);
         m.set_params(params);
         const GpuResult got = gpu_loss_and_grads(m, in, tg, B, T);
         std::string line = std::string(set.name) + ": loss " + std::to_string(got.loss) + " | errors:";
@@ -214,7 +216,7 @@ void check_adamw_steps(const GPT2Config& cfg, int B, int T, const NamedSet& set,
     ref::GPT2<float> ref(cfg);
     ref.init_random(seed);
     ref.params = as_floatX(ref.params);
-    GPT2Model m(cfg, set.ks, B, T);
+    GPT2Model m(cfg, set.ks, B, T, 1, 0, set.recompute);
     m.set_params(ref.params);
     Rng rng(seed + 7);
     const std::vector<int> in = random_tokens((size_t)B * T, cfg.vocab_size, rng);
@@ -337,8 +339,9 @@ TEST_CASE("model: sampling with the KV cache matches the full forward pass") {
 // A run of 6 steps checkpointing at 3 and 6; then the step-6 checkpoint is "lost" (its DONE marker and its model
 // file deleted, so the resumed run must write it again) and a resumed run continues from step 3. Losses, val
 // losses, samples and the final weights must equal the first run's. Flash set: deterministic by design (the
-// naive encoder backward uses atomics, so it is not). `o` names the model (-e, --max-seq-len) and the batch.
-void check_resume(TrainOptions o, const TempDir& dir, int V) {
+// naive encoder backward uses atomics, so it is not). `o` names the model (-e, --max-seq-len) and the batch;
+// returned with the run's other settings filled in.
+TrainOptions check_resume(TrainOptions o, const TempDir& dir, int V) {
     write_random_tokens(dir / "train.bin", (size_t)14 * o.B * o.T, V, 1);
     write_random_tokens(dir / "val.bin", (size_t)2 * o.T + 1, V, 2);
     write_letter_tokenizer(dir / "tok.bin", V);
@@ -375,6 +378,7 @@ void check_resume(TrainOptions o, const TempDir& dir, int V) {
     CHECK(read_bytes(checkpoint_path(o.out_dir, "model", 6)) == model6);
     MESSAGE("losses after the resume point: " << second.train_losses[0] << " " << second.train_losses[1] << " "
                                               << second.train_losses[2]);
+    return o;  // the first run's options
 }
 
 TEST_CASE("model: save -> reload -> continue is bit-identical") {
@@ -384,6 +388,17 @@ TEST_CASE("model: save -> reload -> continue is bit-identical") {
     TrainOptions o;
     o.init = dir / "init.bin", o.B = 2, o.T = 37;
     check_resume(o, dir, c.vocab_size);
+}
+
+TEST_CASE("model: -r 1 (GELU's output recomputed) continues bit-identically, and a resume without it is refused") {
+    TempDir dir("model");
+    const GPT2Config c = small_config();
+    save_checkpoint(dir / "init.bin", c, gpt2_initial_weights(c, 5).data());
+    TrainOptions o;
+    o.init = dir / "init.bin", o.B = 2, o.T = 37, o.recompute = 1;
+    TrainOptions r = check_resume(o, dir, c.vocab_size);  // that run, resumed with -r 0: another trajectory
+    r.resume = true, r.recompute = 0;
+    CHECK_THROWS_WITH_AS(train(r), doctest::Contains("recompute: 1 -> (absent)"), Error);
 }
 
 // ---- 5. long context: a position table longer than GPT-2's 1024 rows ---------------------------------------
