@@ -10,8 +10,8 @@
 //
 // Why that order: key block j visits query tiles j, j+1, ... in its steps 0, 1, ...; block j+1 visits tile i one
 // step earlier than block j does. Blocks launched in the order "last key tile first" (within a head) each wait
-// for a neighbour that is one step ahead, so the wait is short and never chains; a block only ever waits for
-// one launched before it, so it cannot wait for a block that has no SM. (The other order, j = 0 first, makes
+// for a neighbour that is one step ahead, so in principle the wait is short (its page measures what it costs);
+// a block only ever waits for one launched before it, so it cannot wait for a block that has no SM. (The other order, j = 0 first, makes
 // block j wait for block j-1 one step behind it: every block would sit resident for the whole head's time.)
 //
 // What changed from rung 5:
@@ -47,6 +47,16 @@ inline size_t workspace_bytes(int B, int NH, int T) {
     return (attention_backward_d_floats(B, NH, T) + accum_floats(B, NH, T)) * sizeof(float) +
            (size_t)B * NH * ceil_div(T, FB_BR) * sizeof(uint32_t);
 }
+struct Workspace {
+    float* LD;        // (B, NH, T/64, 2, 64) lse·log2(e), D per query tile
+    float* acc;       // (B, NH, T/64, 64 x 64) fp32 dQ accumulators
+    uint32_t* count;  // (B, NH, T/64) key blocks (rung 8: clusters) that have added to dQ_i
+};
+inline Workspace carve(void* ws, int B, int NH, int T) {
+    float* D = static_cast<float*>(ws);
+    float* acc = D + attention_backward_d_floats(B, NH, T);
+    return {attention_backward_d_tiles(D, B, NH, T), acc, reinterpret_cast<uint32_t*>(acc + accum_floats(B, NH, T))};
+}
 
 // dS^T (this warp's 16 keys x 64 queries, as the bf16 A fragments dsa) -> the shared tile sdS, rows = keys,
 // columns = queries, in the 128-byte swizzle (chunk c of row r at c ^ (r % 8): the 8 rows a warp's lanes
@@ -67,8 +77,32 @@ __device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[4][
 __device__ __forceinline__ void gemm_dq(float (&acc)[8][4], uint32_t ds_tile, uint32_t k_tile) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-        hopper::wgmma_m64n64k16_ss_mn(acc, wgmma_backward::mnmajor(ds_tile, kk), wgmma_backward::mnmajor(k_tile, kk),
+        hopper::wgmma_m64n64k16_ss<1>(acc, wgmma_backward::mnmajor(ds_tile, kk), wgmma_backward::mnmajor(k_tile, kk),
                                       kk > 0);
+}
+
+// A share dq of dQ_i (this thread's accumulator rows: queries row_g, row_g + 8) into the tile's fp32
+// accumulator, whose float4 nt of this thread is at acc + 512 nt, in the fixed order: the first contributor
+// stores it, the next ones add it, and the last adds the sum so far to it and writes dQ_i as bf16.
+__device__ __forceinline__ void add_share(float (&dq)[8][4], float* acc, bool first, bool last, bf16_t* dqkv,
+                                          int row_g, int T, int b, int h, int NH, int t) {
+    if (last) {
+        if (!first)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const float4 s = __ldcg(reinterpret_cast<const float4*>(acc + nt * 512));
+                dq[nt][0] = s.x + dq[nt][0], dq[nt][1] = s.y + dq[nt][1];
+                dq[nt][2] = s.z + dq[nt][2], dq[nt][3] = s.w + dq[nt][3];
+            }
+        fb_store_dq(dqkv, dq, row_g, T, b, h, NH, t, 1.0f / sqrtf(64.0f));
+        return;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const float4 v = make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
+        if (first) __stcg(reinterpret_cast<float4*>(acc + nt * 512), v);
+        else hopper::red_add_v4(acc + nt * 512, v);
+    }
 }
 
 }  // namespace fused_dq
@@ -163,24 +197,9 @@ static __global__ void __launch_bounds__(128, 3)
                           hp::wgmma_commit();
                       });
         hp::fence_regs(dq);
-        float* acc = dq_acc + ((size_t)bh * n_qt + it) * FB_BR * 64 + 4 * threadIdx.x;
-        if (jt == 0) {  // the last contributor: the sum so far (none at tile 0) + ours -> dQ_i as bf16
-            if (n > 0)
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    const float4 s = __ldcg(reinterpret_cast<const float4*>(acc + nt * 512));
-                    dq[nt][0] = s.x + dq[nt][0], dq[nt][1] = s.y + dq[nt][1];
-                    dq[nt][2] = s.z + dq[nt][2], dq[nt][3] = s.w + dq[nt][3];
-                }
-            fb_store_dq(dqkv, dq, i0 + 16 * warp + g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                const float4 v = make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
-                if (n == 0) __stcg(reinterpret_cast<float4*>(acc + nt * 512), v);  // the first: a store
-                else hp::red_add_v4(acc + nt * 512, v);                              // the next ones: adds
-            }
-        }
+        // first: the diagonal block (n = 0); last: key block 0
+        fused_dq::add_share(dq, dq_acc + ((size_t)bh * n_qt + it) * FB_BR * 64 + 4 * threadIdx.x, n == 0, jt == 0,
+                            dqkv, i0 + 16 * warp + g, T, b, h, NH, t);
     }
     if (jt > 0) {
         __syncthreads();  // every thread has issued its adds to the last tile
@@ -192,22 +211,25 @@ static __global__ void __launch_bounds__(128, 3)
 #endif
 }
 
+// The pre-pass on the workspace w.
+inline void attention_backward_fused_dq_pre(const fused_dq::Workspace& w, const bf16_t* dout, const bf16_t* out,
+                                            const float* lse, int B, int T, int NH, cudaStream_t stream) {
+    attention_backward_fused_dq_pre_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), 128, 0, stream>>>(w.LD, w.count, dout,
+                                                                                               out, lse, T, NH);
+    cudaCheckLaunch();
+}
+
 // The same interface as attention_backward_flash_wgmma; ws is fused_dq::workspace_bytes(B, NH, T) bytes.
 inline void attention_backward_flash_fused_dq(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                               const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                               cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_fused_dq", dqkv, dout, qkv, out, B, NH, HS);
-    float* D = static_cast<float*>(ws);
-    float* LD = attention_backward_d_tiles(D, B, NH, T);
-    float* acc = D + attention_backward_d_floats(B, NH, T);
-    uint32_t* count = reinterpret_cast<uint32_t*>(acc + fused_dq::accum_floats(B, NH, T));
-    const int n_qt = ceil_div(T, FB_BR);
-    attention_backward_fused_dq_pre_kernel<<<dim3(n_qt, B * NH), 128, 0, stream>>>(LD, count, dout, out, lse, T, NH);
-    cudaCheckLaunch();
+    const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
+    attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     constexpr int smem = 7 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, alignment
     allow_shared_memory(attention_backward_fused_dq_kernel, smem);
-    attention_backward_fused_dq_kernel<<<dim3(n_qt, B * NH), 128, smem, stream>>>(dqkv, acc, count, dout, qkv, LD, T,
-                                                                                   NH);
+    attention_backward_fused_dq_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), 128, smem, stream>>>(
+        dqkv, w.acc, w.count, dout, qkv, w.LD, T, NH);
     cudaCheckLaunch();
 }
 

@@ -20,7 +20,7 @@
 // Measured: the "Measured" block of doc/attention/backward/8_cluster_dq.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 8
 #pragma once
-#include "dev/attention/backward/7_fused_dq.cuh"  // the pre-pass, the workspace, store_ds and gemm_dq
+#include "dev/attention/backward/7_fused_dq.cuh"  // the pre-pass, the workspace, store_ds, gemm_dq, add_share
 
 namespace flashgpt2 {
 
@@ -122,25 +122,10 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
             for (int nt = 0; nt < 8; nt++)
                 hp::st_cluster_v4(lower_sR + slot + nt * 2048, make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]));
             hp::mbar_arrive_cluster(lower_full);
-        } else {  // block 0: the cluster's sum of dQ_i into HBM, in the clusters' order (rung 7's protocol)
-            float* acc = dq_acc + ((size_t)bh * n_qt + it) * FB_BR * 64 + 4 * threadIdx.x;
-            if (cl == 0) {  // the last cluster: the sum so far + ours -> dQ_i as bf16
-                if (before > 0)
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        const float4 s = __ldcg(reinterpret_cast<const float4*>(acc + nt * 512));
-                        dq[nt][0] = s.x + dq[nt][0], dq[nt][1] = s.y + dq[nt][1];
-                        dq[nt][2] = s.z + dq[nt][2], dq[nt][3] = s.w + dq[nt][3];
-                    }
-                fb_store_dq(dqkv, dq, i0 + 16 * warp + g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
-            } else {
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    const float4 v = make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
-                    if (before == 0) __stcg(reinterpret_cast<float4*>(acc + nt * 512), v);  // the first cluster
-                    else hp::red_add_v4(acc + nt * 512, v);
-                }
-            }
+        } else {  // block 0: the cluster's sum of dQ_i into HBM in rung 7's order, cluster by cluster (the
+                  // diagonal one first, cluster 0 last)
+            fused_dq::add_share(dq, dq_acc + ((size_t)bh * n_qt + it) * FB_BR * 64 + 4 * threadIdx.x, before == 0,
+                                cl == 0, dqkv, i0 + 16 * warp + g, T, b, h, NH, t);
         }
     }
     if (rank == 0 && cl > 0 && n_tiles > 0) {
@@ -160,18 +145,13 @@ inline void attention_backward_flash_cluster_dq(bf16_t* dqkv, void* ws, const bf
                                                 const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                                 cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_cluster_dq", dqkv, dout, qkv, out, B, NH, HS);
-    float* D = static_cast<float*>(ws);
-    float* LD = attention_backward_d_tiles(D, B, NH, T);
-    float* acc = D + attention_backward_d_floats(B, NH, T);
-    uint32_t* count = reinterpret_cast<uint32_t*>(acc + fused_dq::accum_floats(B, NH, T));
-    const int n_qt = ceil_div(T, FB_BR);
-    attention_backward_fused_dq_pre_kernel<<<dim3(n_qt, B * NH), 128, 0, stream>>>(LD, count, dout, out, lse, T, NH);
-    cudaCheckLaunch();
+    const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
+    attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, the receive buffer, 2 mbarriers, alignment
     constexpr int smem = 7 * FB_TILE + 2 * 2 * FB_BR * 4 + FB_BR * 64 * 4 + 16 + 1024;
     allow_shared_memory(attention_backward_cluster_dq_kernel<CL>, smem);
-    attention_backward_cluster_dq_kernel<CL><<<dim3(ceil_div(n_qt, CL) * CL, B * NH), 128, smem, stream>>>(
-        dqkv, acc, count, dout, qkv, LD, T, NH);
+    attention_backward_cluster_dq_kernel<CL><<<dim3(ceil_div(ceil_div(T, FB_BR), CL) * CL, B * NH), 128, smem, stream>>>(
+        dqkv, w.acc, w.count, dout, qkv, w.LD, T, NH);
     cudaCheckLaunch();
 }
 
