@@ -13,9 +13,9 @@
 // What changed from rung 7: __cluster_dims__(CL), a 16 KB receive buffer and two mbarriers per block ("full":
 // the upper neighbour's 128 threads have stored; "empty": the lower neighbour's 128 threads have read it),
 // and the HBM protocol only in each cluster's block 0.
-// What is still slow: everything; it is slower than rung 7, and more so the larger the cluster. Each hop
-// waits at the end of a step, with nothing left to overlap, for a neighbour that itself waits for the
-// buffer to be read: the blocks of a cluster march in lockstep. Kept for what it teaches (clusters, mapa,
+// What is still slow: everything; it is slower than rung 7, and more so the larger the cluster. Our reading
+// (not profiled): each hop waits at the end of a step, with nothing left to overlap, for a neighbour that
+// itself waits for the buffer to be read, so the blocks of a cluster march in lockstep. Kept for what it teaches (clusters, mapa,
 // remote mbarriers) and for the measured reason; doc/attention/backward/8_cluster_dq.md has the figures.
 // Measured: the "Measured" block of doc/attention/backward/8_cluster_dq.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 8
