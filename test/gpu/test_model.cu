@@ -37,7 +37,7 @@ constexpr double BF16_LOSS_ATOL = rule::MODEL_BF16_LOSS_ATOL;
 
 // ---- small helpers --------------------------------------------------------------------------------------
 struct NamedSet {
-    const char* name;
+    std::string name;  // a std::string: doctest prints a const char* in a message as its address
     KernelSet ks;
     bool recompute = false;  // true: GELU's output recomputed by the backward (the trainer's -r 1)
 };
@@ -154,14 +154,14 @@ void check_loss_and_grads(const GPT2Config& cfg, int B, int T, uint64_t seed) {
         size_t off = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             const rule::ErrorStats err = tensor_err(got.grads.data() + off, want.grads.data() + off, sizes[i]);
-            CHECK_MESSAGE(rule::finite(err), set.name << ": d" << PARAMETER_NAMES[i] << " has NaN/Inf");
+            CHECK_MESSAGE(rule::finite(err), set.name << ": d" << std::string(PARAMETER_NAMES[i]) << " has NaN/Inf");
 #if defined(ENABLE_FP32)
             e[i] = err.rel;
-            CHECK_MESSAGE(err.rel <= GRAD_REL_TOL, set.name << ": d" << PARAMETER_NAMES[i] << " relative error " << err.rel);
+            CHECK_MESSAGE(err.rel <= GRAD_REL_TOL, set.name << ": d" << std::string(PARAMETER_NAMES[i]) << " relative error " << err.rel);
 #else
             e[i] = err.max_abs;
             ref_max[i] = err.max_ref;
-            CHECK_MESSAGE(err.rel <= BF16_SANITY_REL, set.name << ": d" << PARAMETER_NAMES[i] << " relative error " << err.rel);
+            CHECK_MESSAGE(err.rel <= BF16_SANITY_REL, set.name << ": d" << std::string(PARAMETER_NAMES[i]) << " relative error " << err.rel);
 #endif
             char buf[48];
             snprintf(buf, sizeof buf, " %s %.1e", PARAMETER_NAMES[i], e[i]);
@@ -183,7 +183,7 @@ void check_loss_and_grads(const GPT2Config& cfg, int B, int T, uint64_t seed) {
     for (size_t s = 1; s < sets.size(); s++) {
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             const double atol = BF16_ATOL_FRAC * ref_max[i];
-            CHECK_MESSAGE(errs[s][i] <= 2.0 * errs[0][i] + atol, sets[s].name << ": d" << PARAMETER_NAMES[i]
+            CHECK_MESSAGE(errs[s][i] <= 2.0 * errs[0][i] + atol, sets[s].name << ": d" << std::string(PARAMETER_NAMES[i])
                                                                              << " max error " << errs[s][i] << " vs naive "
                                                                              << errs[0][i] << " (atol " << atol << ")");
         }
@@ -426,7 +426,7 @@ TEST_CASE("long context: a checkpoint's position table grows with --max-seq-len,
     const auto a = parameter_sizes(c), b = parameter_sizes(big);
     size_t ia = 0, ib = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {  // every tensor, and wpe's first 48 rows, as they were
-        CHECK_MESSAGE(std::equal(init.begin() + ia, init.begin() + ia + a[i], grown.begin() + ib), PARAMETER_NAMES[i]);
+        CHECK_MESSAGE(std::equal(init.begin() + ia, init.begin() + ia + a[i], grown.begin() + ib), std::string(PARAMETER_NAMES[i]));
         ia += a[i], ib += b[i];
     }
     size_t wpe = 0;
