@@ -91,6 +91,29 @@ __device__ __forceinline__ void tiles_landed() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// The copies of a dK/dV block, in the layout of this file's dK/dV kernel (dev rungs 7 and 8 use it too): K_j,
+// V_j resident; Q_i, dO_i and the tile's lse·log2(e), D in two buffers. Issued by all 128 threads with cp.async;
+// the caller commits and waits.
+struct DkdvCopies {
+    uint32_t sK, sV, sQ, sdO, sL;  // tiles; buffer b of Q_i, dO_i at + b * FB_TILE, of lse, D at + b * 2 Br floats
+    const bf16_t* qbase;           // q of (b, t=0, h) in qkv (B, T, 3, NH, HS): k at + C, v at + 2C
+    const bf16_t* dobase;          // dO of (b, t=0, h) in dout (B, T, NH, HS)
+    const float* LD_h;             // this head's per-tile lse·log2(e), D (attention_backward_d_tiles)
+    int C, T;
+    // Q_i, dO_i of the query tile at i0 and its lse, D (128 floats, one 4-byte copy per thread) into buffer buf.
+    __device__ __forceinline__ void query_tile(int buf, int i0) const {
+        fb_load_tile<FB_BR, 128>(sQ + buf * FB_TILE, qbase, 3 * C, i0, T);
+        fb_load_tile<FB_BR, 128>(sdO + buf * FB_TILE, dobase, C, i0, T);
+        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
+    }
+    // K_j, V_j of the 64 keys from j0, and the first query tile, at j0, into buffer 0.
+    __device__ __forceinline__ void first(int j0) const {
+        fb_load_tile<64, 128>(sK, qbase + C, 3 * C, j0, T);
+        fb_load_tile<64, 128>(sV, qbase + 2 * C, 3 * C, j0, T);
+        query_tile(0, j0);
+    }
+};
+
 // One step of a dK/dV warpgroup: its 64 keys (rows of Kw, Vw; this thread's key_g, key_g + 8; its warp's
 // first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
 // floats). `meanwhile` runs while S^T and dP^T are on the tensor cores; `with_ds(dsa)`, given dS^T as bf16 A
@@ -266,7 +289,7 @@ static __global__ void __launch_bounds__(128, 3)
                                           int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
-    constexpr int HS = 64, NTHREADS = 128;
+    constexpr int HS = 64;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
     const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
@@ -281,15 +304,9 @@ static __global__ void __launch_bounds__(128, 3)
     const float* LD_h = LD + (size_t)bh * n_qt * 2 * FB_BR;
     const float sl2 = LOG2E / sqrtf((float)HS);
     const int n_tiles = ceil_div(T - j0, FB_BR);  // query tiles from j0 on (j0 is a multiple of Br)
-    const auto load_L = [&](int buf, int i0) {    // 128 floats, one 4-byte copy per thread
-        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
-    };
+    const hb::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
-    fb_load_tile<64, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
-    fb_load_tile<64, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, j0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, j0, T);
-    load_L(0, j0);
+    copies.first(j0);
     mma::cp_async_commit();
 
     float dk[8][4] = {}, dv[8][4] = {};
@@ -298,11 +315,7 @@ static __global__ void __launch_bounds__(128, 3)
         hb::tiles_landed();
         __syncthreads();  // tile n (and, at n = 0, K_j, V_j) is visible to every warp and to wgmma; every
                           // wgmma of tile n-1 has completed, so the other buffer may be refilled below
-        if (n + 1 < n_tiles) {
-            fb_load_tile<FB_BR, NTHREADS>(sQ + (buf ^ 1) * FB_TILE, qbase, 3 * C, i0 + FB_BR, T);
-            fb_load_tile<FB_BR, NTHREADS>(sdO + (buf ^ 1) * FB_TILE, dobase, C, i0 + FB_BR, T);
-            load_L(buf ^ 1, i0 + FB_BR);
-        }
+        if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
         const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
         hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {});

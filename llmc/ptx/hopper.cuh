@@ -44,16 +44,25 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Block until the phase with this parity has completed (acquire semantics). A fresh barrier is in phase 0,
-// so waiting for parity 1 returns at once: producers start with parity 1 on their "empty" barriers.
+// Block until the phase with this parity has completed (acquire semantics; CLUSTER: at cluster scope, for
+// arrivals from another block of the cluster). A fresh barrier is in phase 0, so waiting for parity 1 returns
+// at once: producers start with parity 1 on their "empty" barriers.
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
     do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (CLUSTER)
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        else
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
 
@@ -233,7 +242,7 @@ __device__ __forceinline__ void release_add(uint32_t* p) {  // every write this 
 // ---- clusters: blocks that read and write each other's shared memory (sm_90) -----------------------
 // (PTX ISA, "Distributed shared memory", mapa, barrier.cluster.) A kernel with __cluster_dims__ runs its
 // blocks in groups that are scheduled together on one GPC; a block maps a neighbour's shared-memory address
-// with mapa, stores there and arrives on the neighbour's mbarriers; waits use cluster-scope acquire.
+// with mapa, stores there and arrives on the neighbour's mbarriers; it waits with mbar_wait<true> (cluster scope).
 __device__ __forceinline__ void cluster_sync() {  // every block of the cluster got here; their writes are seen
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -248,16 +257,6 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t addr, float4 v) {
 }
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {  // release: our earlier writes first
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {  // acquire at cluster scope
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
 }
 
 // ---- host: tensor maps -------------------------------------------------------------------------------

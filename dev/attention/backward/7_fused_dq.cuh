@@ -142,7 +142,7 @@ static __global__ void __launch_bounds__(128, 3)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
-    constexpr int HS = 64, NTHREADS = 128;
+    constexpr int HS = 64;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
     const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
@@ -159,15 +159,9 @@ static __global__ void __launch_bounds__(128, 3)
     uint32_t* count_h = count + (size_t)bh * n_qt;
     const float sl2 = LOG2E / sqrtf((float)HS);
     const int n_tiles = n_qt - jt;  // query tiles jt, jt+1, ...: those that see these keys
-    const auto load_L = [&](int buf, int i0) {
-        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
-    };
+    const wgmma_backward::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
-    fb_load_tile<64, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
-    fb_load_tile<64, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, j0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, j0, T);
-    load_L(0, j0);
+    copies.first(j0);
     mma::cp_async_commit();
 
     float dk[8][4] = {}, dv[8][4] = {};
@@ -177,11 +171,7 @@ static __global__ void __launch_bounds__(128, 3)
         __syncthreads();  // tile n (and, at n = 0, K_j, V_j) is visible to every warp and to wgmma; every wgmma
                           // of step n-1 has completed and every thread has issued its dQ adds of step n-1
         if (threadIdx.x == 0 && n > 0 && jt > 0) hp::release_add(count_h + it - 1);  // dQ_{i-1}: our share is in
-        if (n + 1 < n_tiles) {
-            fb_load_tile<FB_BR, NTHREADS>(sQ + (buf ^ 1) * FB_TILE, qbase, 3 * C, i0 + FB_BR, T);
-            fb_load_tile<FB_BR, NTHREADS>(sdO + (buf ^ 1) * FB_TILE, dobase, C, i0 + FB_BR, T);
-            load_L(buf ^ 1, i0 + FB_BR);
-        }
+        if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
         const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
         float dq[8][4];

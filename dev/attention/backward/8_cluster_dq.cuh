@@ -56,9 +56,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
     const uint32_t lower_full = hp::map_to_rank(full, rank - 1 + (rank == 0));   // block rank-1's barrier, buffer
     const uint32_t lower_sR = hp::map_to_rank(sR, rank - 1 + (rank == 0));
     const uint32_t upper_empty = hp::map_to_rank(empty, rank + 1 - (rank == CL - 1));
-    const auto load_L = [&](int buf, int i0) {
-        mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
-    };
+    const wgmma_backward::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
     if (threadIdx.x == 0) {
         hp::mbar_init(full, NTHREADS);
@@ -66,13 +64,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
         hp::fence_barrier_init();
     }
     hp::cluster_sync();  // every block's barriers are initialized before a neighbour arrives on them
-    if (n_tiles > 0) {
-        fb_load_tile<64, NTHREADS>(sK, qbase + C, 3 * C, j0, T);
-        fb_load_tile<64, NTHREADS>(sV, qbase + 2 * C, 3 * C, j0, T);
-        fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, j0, T);
-        fb_load_tile<FB_BR, NTHREADS>(sdO, dobase, C, j0, T);
-        load_L(0, j0);
-    }
+    if (n_tiles > 0) copies.first(j0);  // none past T (the last cluster's pad)
     mma::cp_async_commit();
 
     float dk[8][4] = {}, dv[8][4] = {};
@@ -82,11 +74,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
         __syncthreads();  // tile n (and, at n = 0, K_j, V_j) is visible to every warp and to wgmma; every wgmma
                           // of step n-1 has completed and every thread has issued its dQ adds of step n-1
         if (threadIdx.x == 0 && n > 0 && rank == 0 && cl > 0) hp::release_add(count_h + it - 1);
-        if (n + 1 < n_tiles) {
-            fb_load_tile<FB_BR, NTHREADS>(sQ + (buf ^ 1) * FB_TILE, qbase, 3 * C, i0 + FB_BR, T);
-            fb_load_tile<FB_BR, NTHREADS>(sdO + (buf ^ 1) * FB_TILE, dobase, C, i0 + FB_BR, T);
-            load_L(buf ^ 1, i0 + FB_BR);
-        }
+        if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
         const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
         const int before = n / CL;  // clusters that added to dQ_i before ours (block 0's steps; jt = cl CL)
@@ -105,7 +93,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
         hp::fence_regs(dq);
         const uint32_t slot = (uint32_t)threadIdx.x * 16;  // float4 nt of this thread at slot + nt * 2048
         if (rank < CL - 1 && n > 0) {  // block rank+1 sees tile i too (it did one step ago): its running sum first
-            hp::mbar_wait_cluster(full, (n - 1) & 1);
+            hp::mbar_wait<true>(full, (n - 1) & 1);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 float4 s;
@@ -117,7 +105,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
             hp::mbar_arrive_cluster(upper_empty);  // sR is read: block rank+1 may send its next share
         }
         if (rank > 0) {  // pass the running sum down to block rank-1, once it has read the last one
-            if (n > 0) hp::mbar_wait_cluster(empty, (n - 1) & 1);
+            if (n > 0) hp::mbar_wait<true>(empty, (n - 1) & 1);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
                 hp::st_cluster_v4(lower_sR + slot + nt * 2048, make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]));
@@ -158,8 +146,8 @@ inline void attention_backward_flash_cluster_dq(bf16_t* dqkv, void* ws, const bf
 }  // namespace flashgpt2
 
 namespace ladder::b8 {
-inline bool supports(int HS) { return HS == 64; }  // and an sm_90a device, as rung 5
-inline size_t workspace_bytes(int B, int NH, int T, int) { return flashgpt2::fused_dq::workspace_bytes(B, NH, T); }
+using ladder::b7::supports;         // head size 64 and an sm_90a device, as rung 7
+using ladder::b7::workspace_bytes;  // rung 7's workspace
 }  // namespace ladder::b8
 
 inline void attention_backward_cluster_dq(const AttnBwdParams& p) {
