@@ -14,8 +14,8 @@
 //        no permutes. Three engines, one file per engine and pass in llmc/attention/:
 //          fp32   fp32_{forward,backward}.cuh    CUDA-core arithmetic, any build, HS 16/32/64/128
 //          mma    mma_{forward,backward}.cuh     bf16 tensor cores through mma.sync (sm_80 on), HS 64
-//          wgmma  wgmma_{forward,backward}.cuh   Hopper's warpgroup tensor cores + TMA (sm_90a): forward HS 64
-//                                                and 128, backward HS 64
+//          wgmma  wgmma_{forward,backward}.cuh   Hopper's warpgroup tensor cores + TMA (sm_90a), HS 64
+//                                                and 128
 //        `--attention flash` runs the best engine this build, card and head size allow, for each pass;
 //        `--attention flash:<engine>` asks for one, and an engine that cannot run is an error, never a silent
 //        fallback. attention_engine() below is the one place that decides; the trainer prints what it chose.
@@ -81,7 +81,7 @@ inline const char* attention_engine_unsupported(AttnEngine e, Pass pass, int HS)
             if (!hopper::sm90a_available()) return "it needs an H100/H200 and a binary built for it (GPU_ARCH=90: sm_90a)";
             if (pass == Pass::forward)
                 return attention_forward_flash_wgmma_supports(HS) ? nullptr : "its forward runs head sizes 64 and 128";
-            return attention_backward_flash_wgmma_supports(HS) ? nullptr : "its backward runs head size 64 only";
+            return attention_backward_flash_wgmma_supports(HS) ? nullptr : "its backward runs head sizes 64 and 128";
 #endif
         default: return "it is not an engine";
     }

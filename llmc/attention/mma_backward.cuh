@@ -54,28 +54,37 @@ constexpr int fb_dkdv_smem() {  // K_j, V_j staging (16 NW rows each) + Q_i, dO_
     return 2 * 16 * NW * 128 + 4 * FB_TILE + 4 * FB_BR * (int)sizeof(float);
 }
 
-// Rows r0..r0+ROWS-1 of a (T, 64) bf16 matrix with rows `stride` elements apart -> a swizzled tile at `tile`;
-// rows >= T are zero-filled. Issues cp.async copies only (the caller commits and waits). Thread x copies chunk
-// x % 8 of rows x / 8, x / 8 + NTHREADS / 8, ...: one address computed, then stepped. A tile wholly inside T
-// (all but a head's last) takes no bounds checks: these copies run in every step of the backward's loops, and
-// the checks and selects were a good part of the instructions issued there.
-template <int ROWS, int NTHREADS>
+// Rows r0..r0+ROWS-1 of a (T, HS) bf16 matrix with rows `stride` elements apart -> a swizzled tile at `tile`;
+// rows >= T are zero-filled. A row of HS > 64 columns is HS/64 panels of 64 columns (128 bytes), panel p
+// (columns 64p..64p+63) a (ROWS, 64) swizzled tile of its own at tile + p ROWS 128 (wgmma's layout for
+// wider rows). Issues cp.async copies only (the caller commits and waits). Thread x copies chunk x % 8 of
+// rows x / 8, x / 8 + NTHREADS / 8, ...: one address computed, then stepped. A tile wholly inside T (all but
+// a head's last) takes no bounds checks: these copies run in every step of the backward's loops, and the
+// checks and selects were a good part of the instructions issued there.
+template <int ROWS, int NTHREADS, int HS = 64>
 __device__ __forceinline__ void fb_load_tile(uint32_t tile, const bf16_t* src, int stride, int r0, int T) {
-    constexpr int N = ROWS * 8 / NTHREADS, RSTEP = NTHREADS / 8;  // chunks per thread, rows between them
-    static_assert((ROWS * 8) % NTHREADS == 0 && RSTEP % 8 == 0,
-                  "the same chunk count per thread, the same swizzle at every row step");
-    const int r = threadIdx.x / 8, c = threadIdx.x % 8;
-    const uint32_t dst = mma::swz128(tile, r, c);  // + n RSTEP rows: + n RSTEP 128 bytes (RSTEP is a multiple of 8)
-    if (r0 + ROWS <= T) {
-        const bf16_t* p = src + (size_t)(r0 + r) * stride + 8 * c;
+    static_assert(HS % 64 == 0, "whole 128-byte panels");
+    if constexpr (HS > 64) {  // panel by panel
 #pragma unroll
-        for (int n = 0; n < N; n++) mma::cp_async_16(dst + n * RSTEP * 128, p + (size_t)n * RSTEP * stride, 16);
+        for (int panel = 0; panel < HS / 64; panel++)
+            fb_load_tile<ROWS, NTHREADS>(tile + panel * ROWS * 128, src + 64 * panel, stride, r0, T);
     } else {
+        constexpr int N = ROWS * 8 / NTHREADS, RSTEP = NTHREADS / 8;  // chunks per thread, rows between them
+        static_assert((ROWS * 8) % NTHREADS == 0 && RSTEP % 8 == 0,
+                      "the same chunk count per thread, the same swizzle at every row step");
+        const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+        const uint32_t dst = mma::swz128(tile, r, c);  // + n RSTEP rows: + n RSTEP 128 bytes (RSTEP is a multiple of 8)
+        if (r0 + ROWS <= T) {
+            const bf16_t* p = src + (size_t)(r0 + r) * stride + 8 * c;
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-            const int row = r0 + r + n * RSTEP;
-            const bool valid = row < T;
-            mma::cp_async_16(dst + n * RSTEP * 128, src + (size_t)(valid ? row : 0) * stride + 8 * c, valid ? 16 : 0);
+            for (int n = 0; n < N; n++) mma::cp_async_16(dst + n * RSTEP * 128, p + (size_t)n * RSTEP * stride, 16);
+        } else {
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+                const int row = r0 + r + n * RSTEP;
+                const bool valid = row < T;
+                mma::cp_async_16(dst + n * RSTEP * 128, src + (size_t)(valid ? row : 0) * stride + 8 * c, valid ? 16 : 0);
+            }
         }
     }
 }
@@ -158,43 +167,48 @@ __device__ __forceinline__ void fb_finish_D(float (&Di)[2]) {
 
 // The dQ kernels' prologue: Q_i, dO_i, O_i of the 64 queries from q0 and K_0, V_0 -> their swizzled tiles
 // (cp.async, committed as one group; the caller waits), and lse of this thread's rows g, g+8 in log2 units
-// (rows >= T: 0). qbase: q of (b, t=0, h) in qkv (k at +C, v at +2C); dout_b, out_b: (b, t=0, h).
-template <int NTHREADS>
+// (rows >= T: 0). qbase: q of (b, t=0, h) in qkv (k at +C, v at +2C); dout_b, out_b: (b, t=0, h). Tiles of
+// HS > 64 in panels (fb_load_tile).
+template <int NTHREADS, int HS = 64>
 __device__ __forceinline__ void fb_dq_prologue(float (&l2)[2], uint32_t sQ, uint32_t sdO, uint32_t sO, uint32_t sK,
                                                uint32_t sV, const bf16_t* qbase, const bf16_t* dout_b,
                                                const bf16_t* out_b, const float* lse_h, int C, int q0, int row_g,
                                                int T) {
-    fb_load_tile<FB_BR, NTHREADS>(sQ, qbase, 3 * C, q0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sdO, dout_b, C, q0, T);
-    fb_load_tile<FB_BR, NTHREADS>(sO, out_b, C, q0, T);
-    fb_load_tile<FB_BC, NTHREADS>(sK, qbase + C, 3 * C, 0, T);
-    fb_load_tile<FB_BC, NTHREADS>(sV, qbase + 2 * C, 3 * C, 0, T);
+    fb_load_tile<FB_BR, NTHREADS, HS>(sQ, qbase, 3 * C, q0, T);
+    fb_load_tile<FB_BR, NTHREADS, HS>(sdO, dout_b, C, q0, T);
+    fb_load_tile<FB_BR, NTHREADS, HS>(sO, out_b, C, q0, T);
+    fb_load_tile<FB_BC, NTHREADS, HS>(sK, qbase + C, 3 * C, 0, T);
+    fb_load_tile<FB_BC, NTHREADS, HS>(sV, qbase + 2 * C, 3 * C, 0, T);
     mma::cp_async_commit();
     for (int r = 0; r < 2; r++) l2[r] = row_g + 8 * r < T ? lse_h[row_g + 8 * r] * LOG2E : 0.0f;
 }
 
-// The epilogues: a warp's accumulator rows (g: c0, c1; g+8: c2, c3; columns 8 dt + 2t) of dQ (rows = queries
-// from row_g) or of dK and dV (rows = keys from key_g) -> dqkv (B, T, 3, NH, HS) as bf16; dQ and dK take the
-// softmax scale here. Rows >= T are not written.
-__device__ __forceinline__ void fb_store_dq(bf16_t* dqkv, const float (&dq)[8][4], int row_g, int T, int b, int h,
+// The epilogues: a warp's accumulator rows (g: c0, c1; g+8: c2, c3; columns 8 dt + 2t, dt < NT = HS / 8) of
+// dQ (rows = queries from row_g) or of dK and dV (rows = keys from key_g) -> dqkv (B, T, 3, NH, HS) as bf16;
+// dQ and dK take the softmax scale here. Rows >= T are not written.
+template <int NT>
+__device__ __forceinline__ void fb_store_dq(bf16_t* dqkv, const float (&dq)[NT][4], int row_g, int T, int b, int h,
                                             int NH, int t, float scale) {
-    const int C = NH * 64;
+    constexpr int HS = 8 * NT;
+    const int C = NH * HS;
     for (int r = 0; r < 2; r++) {
         const int qi = row_g + 8 * r;
         if (qi >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + qi) * 3 * C + h * 64;
-        for (int dt = 0; dt < 8; dt++)
+        bf16_t* row = dqkv + ((size_t)b * T + qi) * 3 * C + h * HS;
+        for (int dt = 0; dt < NT; dt++)
             *reinterpret_cast<uint32_t*>(row + 8 * dt + 2 * t) = frag::pack_bf16(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
     }
 }
-__device__ __forceinline__ void fb_store_dkdv(bf16_t* dqkv, const float (&dk)[8][4], const float (&dv)[8][4],
+template <int NT>
+__device__ __forceinline__ void fb_store_dkdv(bf16_t* dqkv, const float (&dk)[NT][4], const float (&dv)[NT][4],
                                               int key_g, int T, int b, int h, int NH, int t, float scale) {
-    const int C = NH * 64;
+    constexpr int HS = 8 * NT;
+    const int C = NH * HS;
     for (int r = 0; r < 2; r++) {
         const int kj = key_g + 8 * r;
         if (kj >= T) continue;
-        bf16_t* row = dqkv + ((size_t)b * T + kj) * 3 * C + h * 64;
-        for (int dt = 0; dt < 8; dt++) {
+        bf16_t* row = dqkv + ((size_t)b * T + kj) * 3 * C + h * HS;
+        for (int dt = 0; dt < NT; dt++) {
             *reinterpret_cast<uint32_t*>(row + C + 8 * dt + 2 * t) = frag::pack_bf16(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
             *reinterpret_cast<uint32_t*>(row + 2 * C + 8 * dt + 2 * t) = frag::pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
         }

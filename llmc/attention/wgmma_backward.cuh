@@ -1,8 +1,10 @@
-// Flash attention backward on Hopper's warpgroup tensor cores (wgmma, sm_90a), head size 64: the BF16 build's
-// engine `wgmma`, the best flash backward on an H100/H200. It is mma_backward.cuh (read that first) with one
-// change: every tile product is a wgmma instead of a warp's mma.sync loop. Same two kernels, same tiles
+// Flash attention backward on Hopper's warpgroup tensor cores (wgmma, sm_90a), head sizes 64 and 128: the BF16
+// build's engine `wgmma`, the best flash backward on an H100/H200. It is mma_backward.cuh (read that first) with
+// one change: every tile product is a wgmma instead of a warp's mma.sync loop. Same two kernels, same tiles
 // (Br = Bc = 64), same cp.async double buffering into the same swizzled tiles, same register math for P, dP, dS,
-// same result order per output element: deterministic, and the same bits as the mma.sync engine.
+// same result order per output element: deterministic, and at head size 64 the same bits as the mma.sync engine.
+// Head size 128 changes only the products' width: a (64, 128) tile is two 128-byte swizzle panels, S and dP
+// take 8 k-steps instead of 4, dQ, dK, dV are n = 128 wgmmas and twice the accumulator registers.
 //
 // What a wgmma changes (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; FlashAttention-3,
 // Shah et al. 2024, arXiv:2407.08608, uses these for its backward):
@@ -36,6 +38,8 @@
 //   * only tiles crossing the diagonal take the masked path; fb_load_tile steps one address with no checks for
 //     tiles inside T; a wgmma descriptor is computed once per tile and stepped by addition.
 //   * the dQ kernel fits 4 blocks per SM: O_i, read once for D, is staged in K's second buffer.
+//   * at head size 128 both kernels hold 2 blocks per SM (96 KB of tiles each), so the dK/dV kernel may use
+//     255 registers: dK and dV take 128 of them.
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
 // beat this one: dev/attention/backward/6_warp_specialized.cuh.
 #pragma once
@@ -51,7 +55,15 @@
 
 namespace flashgpt2 {
 
-constexpr int FBH_DQ_SMEM = 6 * FB_TILE + 1024;  // Q_i, dO_i, K_j and V_j x 2 buffers (O_i in K's second) + alignment
+// Shared memory of the two kernels at head size HS; a (64, HS) tile is HS / 64 panels of FB_TILE bytes.
+template <int HS>
+constexpr int fbh_dq_smem() {  // Q_i, dO_i, K_j and V_j x 2 buffers (O_i in K's second) + alignment
+    return 6 * (HS / 64) * FB_TILE + 1024;
+}
+template <int HS>
+constexpr int fbh_dkdv_smem() {  // K_j, V_j, Q_i x 2, dO_i x 2, (lse, D) x 2, alignment
+    return 6 * (HS / 64) * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;
+}
 
 namespace wgmma_backward {
 
@@ -63,22 +75,28 @@ namespace hp = flashgpt2::hopper;
 //   MN-major: k = tile rows 16kk..16kk+15, 16 rows of 128 bytes further on.
 // The descriptor's low 14 bits are the start address / 16 (shared memory is < 256 KB, so it never carries
 // out): moving the start by 32 or 2048 bytes is adding 2 or 128 to the tile's descriptor, computed once.
-__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) {
-    return hp::smem_desc_sw128(tile, 16, 1024) + 2 * kk;  // = smem_desc_sw128(tile + 32 kk, 16, 1024)
+// A tile of head size 128 is two such (64, 64) panels FB_TILE apart (fb_load_tile): K-major steps kk 4..7
+// are in the second panel; MN-major, the descriptor's leading byte offset (64 x 128 bytes) is the step from
+// one panel to the next along N, so one n = 128 wgmma reads both.
+__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) {  // panel kk / 4, 32 (kk % 4) bytes into its rows
+    return hp::smem_desc_sw128(tile + (kk / 4) * FB_TILE, 16, 1024) + 2 * (kk % 4);
 }
 __device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) {
     return hp::smem_desc_sw128(tile, 64 * 128, 1024) + 128 * kk;  // = smem_desc_sw128(tile + 2048 kk, ...)
 }
 
-// acc (64 x 64, this warpgroup) = A · B^T for A, B two (64, 64) tiles in shared memory (both K-major).
+// acc (64 x 64, this warpgroup) = A · B^T for A, B two (64, HS) tiles in shared memory (both K-major, k = HS).
+template <int HS = 64>
 __device__ __forceinline__ void gemm_ss(float (&acc)[8][4], uint32_t a_tile, uint32_t b_tile) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) hp::wgmma_ss<64>(acc, kmajor(a_tile, kk), kmajor(b_tile, kk), kk > 0);
+    for (int kk = 0; kk < HS / 16; kk++) hp::wgmma_ss<64>(acc, kmajor(a_tile, kk), kmajor(b_tile, kk), kk > 0);
 }
-// acc (64 x 64) += X · tile, X = the (64 x 64) accumulator x packed to bf16 A fragments `a` (k = X's columns).
-__device__ __forceinline__ void gemm_rs(float (&acc)[8][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
+// acc (64 x HS, HS = 8 NT) += X · tile, X = a (64 x 64) accumulator packed to bf16 A fragments `a` (k = X's
+// columns), tile (64, HS) MN-major.
+template <int NT>
+__device__ __forceinline__ void gemm_rs(float (&acc)[NT][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) hp::wgmma_rs<64>(acc, a[kk], mnmajor(b_tile, kk), 1);
+    for (int kk = 0; kk < 4; kk++) hp::wgmma_rs<8 * NT>(acc, a[kk], mnmajor(b_tile, kk), 1);
 }
 __device__ __forceinline__ void to_a_frags(uint32_t (&a)[4][4], const float (&x)[8][4]) {
 #pragma unroll
@@ -94,42 +112,45 @@ __device__ __forceinline__ void tiles_landed() {
 // The copies of a dK/dV block, in the layout of this file's dK/dV kernel (dev rungs 7 and 8 use it too): K_j,
 // V_j resident; Q_i, dO_i and the tile's lse·log2(e), D in two buffers. Issued by all 128 threads with cp.async;
 // the caller commits and waits.
+template <int HS>
 struct DkdvCopies {
-    uint32_t sK, sV, sQ, sdO, sL;  // tiles; buffer b of Q_i, dO_i at + b * FB_TILE, of lse, D at + b * 2 Br floats
+    static constexpr int TILE = HS / 64 * FB_TILE;  // bytes of a (64, HS) tile
+    uint32_t sK, sV, sQ, sdO, sL;  // tiles; buffer b of Q_i, dO_i at + b * TILE, of lse, D at + b * 2 Br floats
     const bf16_t* qbase;           // q of (b, t=0, h) in qkv (B, T, 3, NH, HS): k at + C, v at + 2C
     const bf16_t* dobase;          // dO of (b, t=0, h) in dout (B, T, NH, HS)
     const float* LD_h;             // this head's per-tile lse·log2(e), D (attention_backward_d_tiles)
     int C, T;
     // Q_i, dO_i of the query tile at i0 and its lse, D (128 floats, one 4-byte copy per thread) into buffer buf.
     __device__ __forceinline__ void query_tile(int buf, int i0) const {
-        fb_load_tile<FB_BR, 128>(sQ + buf * FB_TILE, qbase, 3 * C, i0, T);
-        fb_load_tile<FB_BR, 128>(sdO + buf * FB_TILE, dobase, C, i0, T);
+        fb_load_tile<FB_BR, 128, HS>(sQ + buf * TILE, qbase, 3 * C, i0, T);
+        fb_load_tile<FB_BR, 128, HS>(sdO + buf * TILE, dobase, C, i0, T);
         mma::cp_async_4(sL + buf * 2 * FB_BR * 4 + 4 * threadIdx.x, LD_h + (i0 / FB_BR) * 2 * FB_BR + threadIdx.x, 4);
     }
     // K_j, V_j of the 64 keys from j0, and the first query tile, at j0, into buffer 0.
     __device__ __forceinline__ void first(int j0) const {
-        fb_load_tile<64, 128>(sK, qbase + C, 3 * C, j0, T);
-        fb_load_tile<64, 128>(sV, qbase + 2 * C, 3 * C, j0, T);
+        fb_load_tile<64, 128, HS>(sK, qbase + C, 3 * C, j0, T);
+        fb_load_tile<64, 128, HS>(sV, qbase + 2 * C, 3 * C, j0, T);
         query_tile(0, j0);
     }
 };
 
 // One step of a dK/dV warpgroup: its 64 keys (rows of Kw, Vw; this thread's key_g, key_g + 8; its warp's
 // first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
-// floats). `meanwhile` runs while S^T and dP^T are on the tensor cores; `with_ds(dsa)`, given dS^T as bf16 A
-// fragments, while dK runs (it may issue wgmmas of its own). Returns with every wgmma complete.
+// floats); head size HS = 8 NT, the width of dK and dV. `meanwhile` runs while S^T and dP^T are on the tensor
+// cores; `with_ds(dsa)`, given dS^T as bf16 A fragments, while dK runs (it may issue wgmmas of its own).
+// Returns with every wgmma complete.
 struct NoDs {
     __device__ void operator()(const uint32_t (&)[4][4]) const {}
 };
-template <class F, class G = NoDs>
-__device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], uint32_t Kw, uint32_t Vw,
+template <int NT, class F, class G = NoDs>
+__device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4], uint32_t Kw, uint32_t Vw,
                                           uint32_t Qi, uint32_t dOi, const float* L, int i0, int wk0, int key_g,
                                           int t, float sl2, F&& meanwhile, G&& with_ds = G{}) {
     float st[8][4], dpt[8][4];
     hp::wgmma_fence();
-    gemm_ss(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
+    gemm_ss<8 * NT>(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
     hp::wgmma_commit();
-    gemm_ss(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
+    gemm_ss<8 * NT>(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
     hp::wgmma_commit();
     meanwhile();
     hp::wgmma_wait<1>();  // S^T is done
@@ -176,20 +197,23 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[8][4], float (&dv)[8][4], 
 }  // namespace wgmma_backward
 
 // ---------------------------------------------------------------------------------------------------------
-// dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks first
+// dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks
+// first; 4 blocks per SM at HS 64, 2 at HS 128 (shared memory)
 
-static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
+template <int HS>
+static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
     attention_backward_flash_wgmma_dq_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
-    constexpr int HS = 64;
+    static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
+    constexpr int TILE = HS / 64 * FB_TILE;  // bytes of a (64, HS) tile
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t sQ = (mma::smem_u32(fbh_smem) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
-    const uint32_t sdO = sQ + FB_TILE;                              // Q_i, dO_i (Br, HS)
-    const uint32_t sK = sdO + FB_TILE, sV = sK + 2 * FB_TILE;       // K_j, V_j (Bc, HS), buffer b at + b * FB_TILE
-    const uint32_t sO = sK + FB_TILE;  // O_i (Br, HS), read once for D, in K's buffer 1 before K_1 lands there
+    const uint32_t sdO = sQ + TILE;                                 // Q_i, dO_i (Br, HS)
+    const uint32_t sK = sdO + TILE, sV = sK + 2 * TILE;             // K_j, V_j (Bc, HS), buffer b at + b * TILE
+    const uint32_t sO = sK + TILE;  // O_i (Br, HS), read once for D, in K's buffer 1 before K_1 lands there
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -201,15 +225,16 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
     const FbOffsets off(warp, lane);
 
     float l2[2], Di[2] = {0.0f, 0.0f};  // lse (log2 units) and D of rows g, g+8; rows >= T: 0
-    fb_dq_prologue<FB_DQ_THREADS>(l2, sQ, sdO, sO, sK, sV, qbase, dout + obase, out + obase, lse + (size_t)bh * T, C,
-                                  q0, row_g, T);
+    fb_dq_prologue<FB_DQ_THREADS, HS>(l2, sQ, sdO, sO, sK, sV, qbase, dout + obase, out + obase,
+                                      lse + (size_t)bh * T, C, q0, row_g, T);
     hb::tiles_landed();
     __syncthreads();  // Q_i, dO_i, O_i and K_0, V_0 are in shared memory, visible to every warp and to wgmma
 
-    for (int kk = 0; kk < 4; kk++) {  // D = rowsum(dO * O), exactly as the mma.sync kernel sums it
+    for (int kk = 0; kk < HS / 16; kk++) {  // D = rowsum(dO * O), at HS 64 exactly as the mma.sync kernel sums it
         uint32_t doa[4], oa[4];
-        mma::ldmatrix_x4(doa, sdO + off.a[kk]);
-        mma::ldmatrix_x4(oa, sO + off.a[kk]);
+        const uint32_t panel = (kk / 4) * FB_TILE;  // columns 16kk.. are in panel kk / 4
+        mma::ldmatrix_x4(doa, sdO + panel + off.a[kk % 4]);
+        mma::ldmatrix_x4(oa, sO + panel + off.a[kk % 4]);
         Di[0] += fb_dot2(doa[0], oa[0]) + fb_dot2(doa[2], oa[2]);
         Di[1] += fb_dot2(doa[1], oa[1]) + fb_dot2(doa[3], oa[3]);
     }
@@ -221,25 +246,25 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
             ld[0] = l2[r], ld[FB_BR] = Di[r];
         }
 
-    float dq[8][4] = {};
+    float dq[HS / 8][4] = {};
     for (int j = 0; j < n_tiles; j++) {
-        const uint32_t Kj = sK + (j & 1) * FB_TILE, Vj = sV + (j & 1) * FB_TILE;
+        const uint32_t Kj = sK + (j & 1) * TILE, Vj = sV + (j & 1) * TILE;
         if (j > 0) {
             hb::tiles_landed();
             __syncthreads();  // K_j, V_j are visible to all; every wgmma of step j-1 has completed (each thread
                               // waited for its group), so the other buffer may be refilled below
         }
         if (j + 1 < n_tiles) {
-            fb_load_tile<FB_BC, FB_DQ_THREADS>(sK + ((j + 1) & 1) * FB_TILE, qbase + C, 3 * C, (j + 1) * FB_BC, T);
-            fb_load_tile<FB_BC, FB_DQ_THREADS>(sV + ((j + 1) & 1) * FB_TILE, qbase + 2 * C, 3 * C, (j + 1) * FB_BC, T);
+            fb_load_tile<FB_BC, FB_DQ_THREADS, HS>(sK + ((j + 1) & 1) * TILE, qbase + C, 3 * C, (j + 1) * FB_BC, T);
+            fb_load_tile<FB_BC, FB_DQ_THREADS, HS>(sV + ((j + 1) & 1) * TILE, qbase + 2 * C, 3 * C, (j + 1) * FB_BC, T);
         }
         mma::cp_async_commit();
 
         float s[8][4], dp[8][4];
         hp::wgmma_fence();
-        hb::gemm_ss(s, sQ, Kj);    // S = Q_i K_j^T
+        hb::gemm_ss<HS>(s, sQ, Kj);    // S = Q_i K_j^T
         hp::wgmma_commit();
-        hb::gemm_ss(dp, sdO, Vj);  // dP = dO_i V_j^T, a second group: still running during P below
+        hb::gemm_ss<HS>(dp, sdO, Vj);  // dP = dO_i V_j^T, a second group: still running during P below
         hp::wgmma_commit();
         const int j0 = j * FB_BC;
         hp::wgmma_wait<1>();  // S is done
@@ -280,21 +305,23 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, 4)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// dK, dV: one block (one warpgroup) per 64 keys, 3 blocks per SM, the first keys (which every query sees)
-// first. Q_i, dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier
-// per step.
+// dK, dV: one block (one warpgroup) per 64 keys, the first keys (which every query sees) first; 3 blocks per
+// SM at HS 64 (168 registers a thread), 2 at HS 128 (shared memory; dK and dV alone are 128 registers). Q_i,
+// dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier per step.
 
-static __global__ void __launch_bounds__(128, 3)
+template <int HS>
+static __global__ void __launch_bounds__(128, HS == 64 ? 3 : 2)
     attention_backward_flash_wgmma_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
                                           int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
-    constexpr int HS = 64;
+    static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
+    constexpr int TILE = HS / 64 * FB_TILE;  // bytes of a (64, HS) tile
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
-    const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
-    const uint32_t sQ = sV + FB_TILE, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
-    const uint32_t sL = sdO + 2 * FB_TILE;                     // lse·log2(e), D of tile i (2, Br) x 2 buffers
+    const uint32_t sV = sK + TILE;                       // K_j, V_j (64 keys, HS), resident for the loop
+    const uint32_t sQ = sV + TILE, sdO = sQ + 2 * TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * TILE
+    const uint32_t sL = sdO + 2 * TILE;                  // lse·log2(e), D of tile i (2, Br) x 2 buffers
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int j0 = blockIdx.x * 64, n_qt = ceil_div(T, FB_BR);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -304,12 +331,12 @@ static __global__ void __launch_bounds__(128, 3)
     const float* LD_h = LD + (size_t)bh * n_qt * 2 * FB_BR;
     const float sl2 = LOG2E / sqrtf((float)HS);
     const int n_tiles = ceil_div(T - j0, FB_BR);  // query tiles from j0 on (j0 is a multiple of Br)
-    const hb::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
+    const hb::DkdvCopies<HS> copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
     copies.first(j0);
     mma::cp_async_commit();
 
-    float dk[8][4] = {}, dv[8][4] = {};
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
     for (int n = 0; n < n_tiles; n++) {
         const int i0 = j0 + n * FB_BR, buf = n & 1;
         hb::tiles_landed();
@@ -318,7 +345,7 @@ static __global__ void __launch_bounds__(128, 3)
         if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
         const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
-        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {});
+        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * TILE, sdO + buf * TILE, L, i0, wk0, key_g, t, sl2, [] {});
     }
     fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
 #else
@@ -329,33 +356,43 @@ static __global__ void __launch_bounds__(128, 3)
 // ---------------------------------------------------------------------------------------------------------
 // launch
 
-// Can this engine's backward run here: an sm_90a build on an sm_90 device (asked once per process), head size 64.
-inline bool attention_backward_flash_wgmma_supports(int HS) { return HS == 64 && hopper::sm90a_available(); }
+// Can this engine's backward run here: an sm_90a build on an sm_90 device (asked once per process), head size
+// 64 or 128.
+inline bool attention_backward_flash_wgmma_supports(int HS) {
+    return (HS == 64 || HS == 128) && hopper::sm90a_available();
+}
 
 // The two kernels, each on its own (the runner also times them apart). D is the workspace of
 // attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile part is used: the dQ kernel
 // writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
+template <int HS>
 inline void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
                                               const bf16_t* out, const float* lse, int B, int T, int NH,
                                               cudaStream_t stream) {
-    allow_shared_memory(attention_backward_flash_wgmma_dq_kernel, FBH_DQ_SMEM);
-    attention_backward_flash_wgmma_dq_kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, FBH_DQ_SMEM, stream>>>(
+    auto kernel = attention_backward_flash_wgmma_dq_kernel<HS>;
+    constexpr int smem = fbh_dq_smem<HS>();
+    allow_shared_memory(kernel, smem);
+    kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream>>>(
         dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
     cudaCheckLaunch();
 }
+template <int HS>
 inline void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
                                                 int B, int T, int NH, cudaStream_t stream) {
-    constexpr int smem = 6 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, (lse, D) x 2, alignment
-    allow_shared_memory(attention_backward_flash_wgmma_dkdv_kernel, smem);
-    attention_backward_flash_wgmma_dkdv_kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
-        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
+    auto kernel = attention_backward_flash_wgmma_dkdv_kernel<HS>;
+    constexpr int smem = fbh_dkdv_smem<HS>();
+    allow_shared_memory(kernel, smem);
+    kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(dqkv, dout, qkv,
+                                                                 attention_backward_d_tiles(D, B, NH, T), T, NH);
     cudaCheckLaunch();
 }
 
+// The checks of this engine's launches, and of the dev kernels built on it (which run head size 64 only: hs128 false).
 inline void attention_backward_flash_wgmma_check(const char* who, const bf16_t* dqkv, const bf16_t* dout,
-                                                 const bf16_t* qkv, const bf16_t* out, int B, int NH, int HS) {
-    if (!attention_backward_flash_wgmma_supports(HS))
-        fail("%s: needs an sm_90a build on an H100/H200 and head size 64 (HS = %d)", who, HS);
+                                                 const bf16_t* qkv, const bf16_t* out, int B, int NH, int HS,
+                                                 bool hs128 = true) {
+    if (!attention_backward_flash_wgmma_supports(HS) || (!hs128 && HS != 64))
+        fail("%s: needs an sm_90a build on an H100/H200 and head size 64%s (HS = %d)", who, hs128 ? " or 128" : "", HS);
     if (!aligned16(qkv) || !aligned16(dout) || !aligned16(out) || !aligned16(dqkv))
         fail("%s: qkv, dout, out and dqkv must be 16-byte aligned", who);
     if (B * NH > 65535) fail("%s: B*NH = %d exceeds the dQ grid's y limit 65535", who, B * NH);
@@ -367,8 +404,13 @@ inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t*
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
-    attention_backward_flash_wgmma_dkdv(dqkv, D, dout, qkv, B, T, NH, stream);
+    if (HS == 64) {
+        attention_backward_flash_wgmma_dq<64>(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+        attention_backward_flash_wgmma_dkdv<64>(dqkv, D, dout, qkv, B, T, NH, stream);
+    } else {
+        attention_backward_flash_wgmma_dq<128>(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+        attention_backward_flash_wgmma_dkdv<128>(dqkv, D, dout, qkv, B, T, NH, stream);
+    }
 }
 
 }  // namespace flashgpt2

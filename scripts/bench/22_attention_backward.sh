@@ -8,7 +8,8 @@
 #   3. ./dev/attention/runner bench --pass bwd: every rung on the backward's anchor shapes -> doc/results/
 #      attention_backward.{csv,md,png}, doc/results/rungs/backward/<rung>.md; spliced into README.md (marker
 #      attention-backward) and each rung page's "Measured" block (doc/attention/backward/<rung>.md)
-#   4. compute-sanitizer racecheck + memcheck of every rung on one small shape (SKIP_SANITIZER=1 skips it)
+#   4. compute-sanitizer racecheck + memcheck of every rung on one small shape per head size (SKIP_SANITIZER=1
+#      skips it)
 # The exit status is non-zero if any validation failed (the tables mark it FAIL) or a step could not run.
 set -uo pipefail
 OUT=${OUT:-log/bench-attention-bwd}; mkdir -p "$OUT"
@@ -45,16 +46,17 @@ if [[ -f doc/results/attention_backward.md ]] && grep -q "^Attention backward" d
   done
 fi
 
-echo "== 4. compute-sanitizer on (1,2,257,64) =="
+echo "== 4. compute-sanitizer on (1,2,257,64) and (1,2,257,128) =="
 if [[ -n "${SKIP_SANITIZER:-}" ]]; then
   echo "SKIP_SANITIZER set: skipped"
 elif command -v compute-sanitizer >/dev/null; then
-  for tool in racecheck memcheck; do
-    timeout 240 compute-sanitizer --tool $tool --print-limit 20 $R bwd all 1 2 257 64 --seed 7 > "$OUT/bwd_$tool.txt" 2>&1
+  for hs in 64 128; do for tool in racecheck memcheck; do
+    log=$OUT/bwd_${tool}_hs$hs.txt
+    timeout 240 compute-sanitizer --tool $tool --print-limit 20 $R bwd all 1 2 257 $hs --seed 7 > "$log" 2>&1
     rc=$?
-    echo "$tool rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/bwd_$tool.txt" | head -2 | tr '\n' ' ')"
-    [[ $rc == 0 ]] || { status=1; grep -E 'hazard|Invalid|at .* in ' "$OUT/bwd_$tool.txt" | head -10; }
-  done
+    echo "HS $hs $tool rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | head -2 | tr '\n' ' ')"
+    [[ $rc == 0 ]] || { status=1; grep -E 'hazard|Invalid|at .* in ' "$log" | head -10; }
+  done; done
 else
   echo "compute-sanitizer not found: skipped"
 fi

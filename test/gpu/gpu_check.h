@@ -42,6 +42,16 @@ constexpr bool BF16_BUILD = false;
 constexpr bool BF16_BUILD = true;
 #endif
 
+// Is this device one the wgmma engine must run on (an sm_90 GPU; the build targets sm_90a by default)? Asked
+// of the device, not of the engine's own check, so a check that wrongly says no fails the tests.
+inline bool device_is_sm90() {
+    int dev = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
+
 // ---- host conversions through the storage type ----
 inline floatX to_x(double v) {
 #if defined(ENABLE_FP32)

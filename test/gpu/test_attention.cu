@@ -34,15 +34,6 @@ const AttnShape ATTN_SHAPES[] = {
     {1, 2051, 128, 2},  // Hopper HS 64 with 192-row tiles (T >= 2048), last tile partial
 };
 
-// Is this device one the wgmma engine must run on (an sm_90 GPU; the build targets sm_90a by default)?
-bool device_is_sm90() {
-    int dev = 0, major = 0, minor = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major == 9 && minor == 0;
-}
-
 // lse[bh, i] = log sum_{j <= i} exp(S[bh, i, j]) from the oracle's scaled scores (B, NH, T, T).
 std::vector<double> lse_of(const std::vector<double>& preatt, int BH, int T) {
     std::vector<double> lse((size_t)BH * T);
@@ -93,17 +84,14 @@ TEST_CASE("attention: forward and backward, naive and flash") {
         check_single("attention P (naive) " + tag, att_naive, att_ref, rule::BF16_SANITY_REL);
 
         // `--attention flash` must dispatch the best engine this card runs (a silent fallback would leave the
-        // fast one untested): wgmma on an sm_90 device in the BF16 build (forward HS 64/128, backward HS 64),
-        // else mma at HS 64 in the BF16 build, else fp32.
+        // fast one untested): wgmma on an sm_90 device in the BF16 build (HS 64 and 128, both passes), else mma
+        // at HS 64 in the BF16 build, else fp32.
         const bool bf16_sm90 = BF16_BUILD && device_is_sm90();
-        const AttnEngine want_fwd = bf16_sm90 && (HS == 64 || HS == 128) ? AttnEngine::wgmma
-                                    : BF16_BUILD && HS == 64          ? AttnEngine::mma
-                                                                       : AttnEngine::fp32;
-        const AttnEngine want_bwd = bf16_sm90 && HS == 64 ? AttnEngine::wgmma
-                                    : BF16_BUILD && HS == 64 ? AttnEngine::mma
-                                                             : AttnEngine::fp32;
-        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::forward, HS) == want_fwd, "forward engine, " << tag);
-        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::backward, HS) == want_bwd, "backward engine, " << tag);
+        const AttnEngine want = bf16_sm90 && (HS == 64 || HS == 128) ? AttnEngine::wgmma
+                                : BF16_BUILD && HS == 64                ? AttnEngine::mma
+                                                                        : AttnEngine::fp32;
+        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::forward, HS) == want, "forward engine, " << tag);
+        CHECK_MESSAGE(attention_engine(AttnEngine::best, Pass::backward, HS) == want, "backward engine, " << tag);
 
         // Every engine, asked for by name, on each pass it runs at this head size.
         for (AttnEngine e : ATTN_ENGINES) {

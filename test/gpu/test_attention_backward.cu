@@ -2,8 +2,8 @@
 // wgmma_backward.cuh on an H100/H200, mma_backward.cuh, fp32_backward.cuh), against ref::attention_backward in
 // double and the project's rule (llmc/correctness.h). Its inputs are the
 // oracle's own forward results, out rounded to floatX and lse, so a forward error cannot hide or cause a
-// backward one. Head size 64 (the tensor-core path), T = 1, 2, a multiple of no tile, exactly one and just
-// over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
+// backward one. Head sizes 64 and 128 (the tensor-core paths), T = 1, 2, a multiple of no tile, exactly one and
+// just over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
 // behind the other two), then the backward runs again and must give the same bits (no atomics). Every engine
 // is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps).
 #include <functional>
@@ -30,6 +30,10 @@ const BwdShape BWD_SHAPES[] = {
     {1, 257, 192, 3},  // five tiles, the last with one row; 3 heads
     {2, 200, 768, 12}, // GPT-2 small's heads, B > 1
     {1, 1000, 128, 2}, // long: many tiles, the dK/dV blocks see up to 16 query tiles
+    {1, 1, 128, 1},    // HS 128 (two 128-byte panels per row): T = 1
+    {2, 37, 256, 2},   // HS 128, T a multiple of no tile, B > 1
+    {1, 65, 256, 2},   // HS 128, one row into the second tile
+    {1, 1000, 384, 3}, // HS 128, many tiles, 3 heads
 };
 
 // One third of dqkv (B,T,3,C): which = 0 (dq), 1 (dk), 2 (dv), as (B,T,C).
@@ -89,9 +93,10 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
 #if !defined(ENABLE_FP32)
         float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));
         for (int w : {8, 4})
-            kernels.push_back({tag + " (mma.sync, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
-                attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
-            }});
+            if (C / NH == 64)  // the mma engine's head size
+                kernels.push_back({tag + " (mma.sync, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
+                    attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
+                }});
 #endif
         for (const auto& named : kernels) {
             const std::string& name = named.first;

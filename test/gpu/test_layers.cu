@@ -67,12 +67,14 @@ TEST_CASE("kernel registry: --kernels, per-layer overrides, attention engines, b
     CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 34, 2));
 
     // An engine that cannot run is one clear error, never a silent fallback: mma at head size 128 (it runs 64
-    // only), wgmma's backward at 128 (forward only), and in the FP32 build every tensor-core engine.
+    // only), wgmma at 32 (64 and 128 only), and in the FP32 build every tensor-core engine.
     KernelSet mma = KernelSet{}, wgmma = KernelSet{};
     mma.set("attention", "flash:mma");
     wgmma.set("attention", "flash:wgmma");
     CHECK_THROWS_WITH_AS(check_kernel_support(mma, 256, 2), doctest::Contains("flash:mma"), Error);
-    CHECK_THROWS_WITH_AS(check_kernel_support(wgmma, 256, 2), doctest::Contains("flash:wgmma"), Error);
+    CHECK_THROWS_WITH_AS(check_kernel_support(wgmma, 64, 2), doctest::Contains("flash:wgmma"), Error);
+    if (BF16_BUILD && device_is_sm90()) CHECK_NOTHROW(check_kernel_support(wgmma, 256, 2));  // both passes at 128
+    else CHECK_THROWS_WITH_AS(check_kernel_support(wgmma, 256, 2), doctest::Contains("flash:wgmma"), Error);
     if (BF16_BUILD) {
         CHECK_NOTHROW(check_kernel_support(mma, 128, 2));
         CHECK(attention_kernels_str(mma, 64) == "flash (forward mma, backward mma)");

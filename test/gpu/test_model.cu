@@ -453,7 +453,7 @@ TEST_CASE("long context: a val split shorter than one window is read in the long
     CHECK(val_seq_len(o.val_glob, o.T, c.vocab_size) == 29);  // the longest window: 29 inputs, 29 targets
     const TrainResult r = train(o);
     REQUIRE(r.val_losses.size() == 3);  // steps 0, 1, 2
-    for (const auto& [step, loss] : r.val_losses) CHECK_MESSAGE(std::isfinite(loss), "step " << step);
+    for (const auto& sl : r.val_losses) CHECK_MESSAGE(std::isfinite(sl.second), "step " << sl.first);  // (step, loss)
 }
 
 TEST_CASE("long context: loss and 16 gradients vs the oracle at T=2048, every kernel set") {

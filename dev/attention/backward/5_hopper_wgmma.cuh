@@ -9,9 +9,10 @@
 // other are worked on; the dQ kernel writes lse and D per 64-query tile so that a dK/dV step copies them with
 // no bounds checks (with checked loads, ptxas serialized the wgmmas). Same products in the same order as rung 4:
 // the same bits. This is llmc's wgmma engine (llmc/attention/wgmma_backward.cuh: the trainer's backward on an
-// H100/H200), head size 64; this file is its adapter. What is still slow: at long T it trails cuDNN (its
-// Measured block says by how much); the dK/dV kernel's blocks meet at a barrier every step (rung 6 removes
-// that, and does not win); head size 128 has no tensor-core backward yet (rung 3 runs it).
+// H100/H200), head sizes 64 and 128 (a (64, 128) tile is two 128-byte swizzle panels; dQ, dK and dV are
+// n = 128 wgmmas); this file is its adapter. What is still slow: at long T it trails cuDNN (its Measured
+// block says by how much); the dK/dV kernel's blocks meet at a barrier every step (rung 6 removes that, and
+// does not win); at head size 128 only 2 blocks (2 warpgroups) fit an SM.
 // Measured: the "Measured" block of doc/attention/backward/5_hopper_wgmma.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 5
 #pragma once
@@ -19,7 +20,8 @@
 #include "llmc/attention.cuh"
 
 namespace ladder::b5 {
-inline bool supports(int HS) { return HS == 64; }  // and an sm_90a device: the engine says so when it is not
+// head sizes 64 and 128, and an sm_90a device (the engine says so when it is not)
+inline bool supports(int HS) { return HS == 64 || HS == 128; }
 inline size_t workspace_bytes(int B, int NH, int T, int) { return flashgpt2::attention_backward_d_floats(B, NH, T) * sizeof(float); }
 }  // namespace ladder::b5
 

@@ -159,7 +159,7 @@ static __global__ void __launch_bounds__(128, 3)
     uint32_t* count_h = count + (size_t)bh * n_qt;
     const float sl2 = LOG2E / sqrtf((float)HS);
     const int n_tiles = n_qt - jt;  // query tiles jt, jt+1, ...: those that see these keys
-    const wgmma_backward::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
+    const wgmma_backward::DkdvCopies<64> copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
     copies.first(j0);
     mma::cp_async_commit();
@@ -213,7 +213,7 @@ inline void attention_backward_fused_dq_pre(const fused_dq::Workspace& w, const 
 inline void attention_backward_flash_fused_dq(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                               const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                               cudaStream_t stream) {
-    attention_backward_flash_wgmma_check("attention_backward_flash_fused_dq", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_flash_wgmma_check("attention_backward_flash_fused_dq", dqkv, dout, qkv, out, B, NH, HS, false);
     const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
     attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     constexpr int smem = 7 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, alignment

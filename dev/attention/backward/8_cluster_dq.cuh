@@ -56,7 +56,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
     const uint32_t lower_full = hp::map_to_rank(full, rank - 1 + (rank == 0));   // block rank-1's barrier, buffer
     const uint32_t lower_sR = hp::map_to_rank(sR, rank - 1 + (rank == 0));
     const uint32_t upper_empty = hp::map_to_rank(empty, rank + 1 - (rank == CL - 1));
-    const wgmma_backward::DkdvCopies copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
+    const wgmma_backward::DkdvCopies<64> copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
 
     if (threadIdx.x == 0) {
         hp::mbar_init(full, NTHREADS);
@@ -132,7 +132,7 @@ template <int CL = CLUSTER_DQ>
 inline void attention_backward_flash_cluster_dq(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                                 const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                                 cudaStream_t stream) {
-    attention_backward_flash_wgmma_check("attention_backward_flash_cluster_dq", dqkv, dout, qkv, out, B, NH, HS);
+    attention_backward_flash_wgmma_check("attention_backward_flash_cluster_dq", dqkv, dout, qkv, out, B, NH, HS, false);
     const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
     attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, the receive buffer, 2 mbarriers, alignment
