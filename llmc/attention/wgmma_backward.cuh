@@ -362,25 +362,25 @@ inline bool attention_backward_flash_wgmma_supports(int HS) {
     return (HS == 64 || HS == 128) && hopper::sm90a_available();
 }
 
-// The two kernels, each on its own (the runner also times them apart). D is the workspace of
-// attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile part is used: the dQ kernel
-// writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
-template <int HS>
+// The two kernels, each on its own (the runner also times them apart), at head size HS (64 or 128; the caller
+// checks). D is the workspace of attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile
+// part is used: the dQ kernel writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
 inline void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                              const bf16_t* out, const float* lse, int B, int T, int NH,
+                                              const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                               cudaStream_t stream) {
-    auto kernel = attention_backward_flash_wgmma_dq_kernel<HS>;
-    constexpr int smem = fbh_dq_smem<HS>();
+    const auto kernel =
+        HS == 64 ? attention_backward_flash_wgmma_dq_kernel<64> : attention_backward_flash_wgmma_dq_kernel<128>;
+    const int smem = HS == 64 ? fbh_dq_smem<64>() : fbh_dq_smem<128>();
     allow_shared_memory(kernel, smem);
     kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream>>>(
         dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
     cudaCheckLaunch();
 }
-template <int HS>
 inline void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                                int B, int T, int NH, cudaStream_t stream) {
-    auto kernel = attention_backward_flash_wgmma_dkdv_kernel<HS>;
-    constexpr int smem = fbh_dkdv_smem<HS>();
+                                                int B, int T, int NH, int HS, cudaStream_t stream) {
+    const auto kernel =
+        HS == 64 ? attention_backward_flash_wgmma_dkdv_kernel<64> : attention_backward_flash_wgmma_dkdv_kernel<128>;
+    const int smem = HS == 64 ? fbh_dkdv_smem<64>() : fbh_dkdv_smem<128>();
     allow_shared_memory(kernel, smem);
     kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(dqkv, dout, qkv,
                                                                  attention_backward_d_tiles(D, B, NH, T), T, NH);
@@ -404,13 +404,8 @@ inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t*
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    if (HS == 64) {
-        attention_backward_flash_wgmma_dq<64>(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
-        attention_backward_flash_wgmma_dkdv<64>(dqkv, D, dout, qkv, B, T, NH, stream);
-    } else {
-        attention_backward_flash_wgmma_dq<128>(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
-        attention_backward_flash_wgmma_dkdv<128>(dqkv, D, dout, qkv, B, T, NH, stream);
-    }
+    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    attention_backward_flash_wgmma_dkdv(dqkv, D, dout, qkv, B, T, NH, HS, stream);
 }
 
 }  // namespace flashgpt2

@@ -168,7 +168,7 @@ inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const flo
     namespace hp = flashgpt2::hopper;
     using W = FbhWs;
     attention_backward_flash_wgmma_check("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS, false);
-    attention_backward_flash_wgmma_dq<64>(dqkv, D, dout, qkv, out, lse, B, T, NH, stream);
+    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
     const long long C = (long long)NH * HS;
     // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
     const CUtensorMap mq = hp::make_strided_head_map(qkv, B, NH, T, HS, T * 3 * C, HS, 3 * C, FB_BR);

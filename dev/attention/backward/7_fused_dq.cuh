@@ -58,6 +58,18 @@ inline Workspace carve(void* ws, int B, int NH, int T) {
     return {attention_backward_d_tiles(D, B, NH, T), acc, reinterpret_cast<uint32_t*>(acc + accum_floats(B, NH, T))};
 }
 
+// The shared memory of a rung 7 / 8 block from the 1024-byte aligned base (the swizzle repeats every 1024 bytes).
+struct Tiles {
+    uint32_t sK, sV;   // K_j, V_j (64 keys, HS), resident for the loop
+    uint32_t sQ, sdO;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
+    uint32_t sdS;      // dS^T (64 keys, Br queries), bf16
+    uint32_t sL;       // lse·log2(e), D of tile i (2, Br) x 2 buffers
+    uint32_t end;      // the first byte after them
+    __device__ explicit Tiles(uint32_t raw)
+        : sK((raw + 1023) & ~1023u), sV(sK + FB_TILE), sQ(sV + FB_TILE), sdO(sQ + 2 * FB_TILE),
+          sdS(sdO + 2 * FB_TILE), sL(sdS + FB_TILE), end(sL + 2 * 2 * FB_BR * 4) {}
+};
+
 // dS^T (this warp's 16 keys x 64 queries, as the bf16 A fragments dsa) -> the shared tile sdS, rows = keys,
 // columns = queries, in the 128-byte swizzle (chunk c of row r at c ^ (r % 8): the 8 rows a warp's lanes
 // write land in 8 different 16-byte chunks, no bank conflicts).
@@ -79,6 +91,21 @@ __device__ __forceinline__ void gemm_dq(float (&acc)[8][4], uint32_t ds_tile, ui
     for (int kk = 0; kk < 4; kk++)
         hopper::wgmma_m64n64k16_ss<1>(acc, wgmma_backward::mnmajor(ds_tile, kk), wgmma_backward::mnmajor(k_tile, kk),
                                       kk > 0);
+}
+
+// This block's share of dQ_i, dq = dS K_j, issued and committed as a wgmma group (dkdv_step's final wait covers
+// it): dS^T to shared memory, then, once thread 0 has seen the tile's counter reach `need` (its turn: that many
+// contributors have added before it; no wait when need is 0), the product. Called by all 128 threads.
+__device__ __forceinline__ void issue_share(float (&dq)[8][4], const uint32_t (&dsa)[4][4], const Tiles& s,
+                                            const uint32_t* counter, uint32_t need, int warp, int g, int t) {
+    store_ds(s.sdS, dsa, warp, g, t);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the wgmma's reads
+    if (threadIdx.x == 0 && need > 0)
+        while (hopper::ld_acquire_gpu(counter) < need) {}
+    __syncthreads();  // dS^T is whole in shared memory; our turn at dQ_i has come
+    hopper::wgmma_fence();
+    gemm_dq(dq, s.sdS, s.sK);  // dQ_i share = dS K_j
+    hopper::wgmma_commit();
 }
 
 // A share dq of dQ_i (this thread's accumulator rows: queries row_g, row_g + 8) into the tile's fp32
@@ -144,11 +171,8 @@ static __global__ void __launch_bounds__(128, 3)
     namespace hp = flashgpt2::hopper;
     constexpr int HS = 64;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
-    const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
-    const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
-    const uint32_t sQ = sV + FB_TILE, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
-    const uint32_t sdS = sdO + 2 * FB_TILE;                    // dS^T (64 keys, Br queries), bf16
-    const uint32_t sL = sdS + FB_TILE;                         // lse·log2(e), D of tile i (2, Br) x 2 buffers
+    const uint32_t raw = mma::smem_u32(fbh_smem);
+    const fused_dq::Tiles s(raw);
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH, n_qt = ceil_div(T, FB_BR);
     const int jt = gridDim.x - 1 - blockIdx.x, j0 = jt * 64;  // launched last key tile first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -159,7 +183,7 @@ static __global__ void __launch_bounds__(128, 3)
     uint32_t* count_h = count + (size_t)bh * n_qt;
     const float sl2 = LOG2E / sqrtf((float)HS);
     const int n_tiles = n_qt - jt;  // query tiles jt, jt+1, ...: those that see these keys
-    const wgmma_backward::DkdvCopies<64> copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
+    const wgmma_backward::DkdvCopies<64> copies{s.sK, s.sV, s.sQ, s.sdO, s.sL, qbase, dobase, LD_h, C, T};
 
     copies.first(j0);
     mma::cp_async_commit();
@@ -173,18 +197,11 @@ static __global__ void __launch_bounds__(128, 3)
         if (threadIdx.x == 0 && n > 0 && jt > 0) hp::release_add(count_h + it - 1);  // dQ_{i-1}: our share is in
         if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
-        const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
+        const float* L = reinterpret_cast<const float*>(fbh_smem + (s.sL - raw) + buf * 2 * FB_BR * 4);
         float dq[8][4];
-        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {},
-                      [&](const uint32_t (&dsa)[4][4]) {
-                          fused_dq::store_ds(sdS, dsa, warp, g, t);
-                          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the wgmma's reads
-                          if (threadIdx.x == 0 && n > 0)  // blocks jt+1 .. it have added to dQ_i: n of them
-                              while (hp::ld_acquire_gpu(count_h + it) < (uint32_t)n) {}
-                          __syncthreads();  // dS^T is whole in shared memory; our turn at dQ_i has come
-                          hp::wgmma_fence();
-                          fused_dq::gemm_dq(dq, sdS, sK);  // dQ_i share = dS K_j
-                          hp::wgmma_commit();
+        hb::dkdv_step(dk, dv, s.sK, s.sV, s.sQ + buf * FB_TILE, s.sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2,
+                      [] {}, [&](const uint32_t (&dsa)[4][4]) {  // blocks jt+1 .. it add to dQ_i first: n of them
+                          fused_dq::issue_share(dq, dsa, s, count_h + it, (uint32_t)n, warp, g, t);
                       });
         hp::fence_regs(dq);
         // first: the diagonal block (n = 0); last: key block 0

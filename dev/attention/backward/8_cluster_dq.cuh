@@ -35,12 +35,9 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
     namespace hp = flashgpt2::hopper;
     constexpr int HS = 64, NTHREADS = 128;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
-    const uint32_t raw = mma::smem_u32(fbh_smem), sK = (raw + 1023) & ~1023u;
-    const uint32_t sV = sK + FB_TILE;                          // K_j, V_j (64 keys, HS), resident for the loop
-    const uint32_t sQ = sV + FB_TILE, sdO = sQ + 2 * FB_TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * FB_TILE
-    const uint32_t sdS = sdO + 2 * FB_TILE;                    // dS^T (64 keys, Br queries), bf16
-    const uint32_t sL = sdS + FB_TILE;                         // lse·log2(e), D of tile i (2, Br) x 2 buffers
-    const uint32_t sR = sL + 2 * 2 * FB_BR * 4;                // receive buffer: the upper blocks' dQ_i share, fp32
+    const uint32_t raw = mma::smem_u32(fbh_smem);
+    const fused_dq::Tiles s(raw);                              // rung 7's tiles, then:
+    const uint32_t sR = s.end;                                 // receive buffer: the upper blocks' dQ_i share, fp32
     const uint32_t full = sR + FB_BR * 64 * 4, empty = full + 8;  // mbarriers: sR written / sR read
     const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH, n_qt = ceil_div(T, FB_BR);
     const int n_cl = gridDim.x / CL, rank = blockIdx.x % CL;           // cluster = CL consecutive blockIdx.x
@@ -56,7 +53,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
     const uint32_t lower_full = hp::map_to_rank(full, rank - 1 + (rank == 0));   // block rank-1's barrier, buffer
     const uint32_t lower_sR = hp::map_to_rank(sR, rank - 1 + (rank == 0));
     const uint32_t upper_empty = hp::map_to_rank(empty, rank + 1 - (rank == CL - 1));
-    const wgmma_backward::DkdvCopies<64> copies{sK, sV, sQ, sdO, sL, qbase, dobase, LD_h, C, T};
+    const wgmma_backward::DkdvCopies<64> copies{s.sK, s.sV, s.sQ, s.sdO, s.sL, qbase, dobase, LD_h, C, T};
 
     if (threadIdx.x == 0) {
         hp::mbar_init(full, NTHREADS);
@@ -76,19 +73,13 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128, 3)
         if (threadIdx.x == 0 && n > 0 && rank == 0 && cl > 0) hp::release_add(count_h + it - 1);
         if (n + 1 < n_tiles) copies.query_tile(buf ^ 1, i0 + FB_BR);
         mma::cp_async_commit();
-        const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
+        const float* L = reinterpret_cast<const float*>(fbh_smem + (s.sL - raw) + buf * 2 * FB_BR * 4);
         const int before = n / CL;  // clusters that added to dQ_i before ours (block 0's steps; jt = cl CL)
         float dq[8][4];
-        hb::dkdv_step(dk, dv, sK, sV, sQ + buf * FB_TILE, sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2, [] {},
-                      [&](const uint32_t (&dsa)[4][4]) {
-                          fused_dq::store_ds(sdS, dsa, warp, g, t);
-                          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the wgmma's reads
-                          if (threadIdx.x == 0 && rank == 0 && before > 0)
-                              while (hp::ld_acquire_gpu(count_h + it) < (uint32_t)before) {}
-                          __syncthreads();  // dS^T is whole in shared memory; block 0: our turn at dQ_i has come
-                          hp::wgmma_fence();
-                          fused_dq::gemm_dq(dq, sdS, sK);  // our share of dQ_i = dS K_j
-                          hp::wgmma_commit();
+        const uint32_t need = rank == 0 ? (uint32_t)before : 0u;  // only block 0 adds to HBM, so only it waits
+        hb::dkdv_step(dk, dv, s.sK, s.sV, s.sQ + buf * FB_TILE, s.sdO + buf * FB_TILE, L, i0, wk0, key_g, t, sl2,
+                      [] {}, [&](const uint32_t (&dsa)[4][4]) {
+                          fused_dq::issue_share(dq, dsa, s, count_h + it, need, warp, g, t);
                       });
         hp::fence_regs(dq);
         const uint32_t slot = (uint32_t)threadIdx.x * 16;  // float4 nt of this thread at slot + nt * 2048

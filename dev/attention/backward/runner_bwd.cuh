@@ -391,13 +391,12 @@ inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "b
             DeviceBuffer ws(attention_backward_d_floats(s.B, s.NH, s.T) * sizeof(float), "D");
             const AttnBwdParams q = p.params(ws.p);
             float* D = (float*)ws.p;
-            const bool hs64 = s.HS == 64;
-            const auto dq = hs64 ? attention_backward_flash_wgmma_dq<64> : attention_backward_flash_wgmma_dq<128>;
-            const auto dkdv = hs64 ? attention_backward_flash_wgmma_dkdv<64> : attention_backward_flash_wgmma_dkdv<128>;
             for (int k = 0; k < 2; k++) {
                 const harness::Timing t = harness::benchmark([&] {
-                    if (k == 0) dq(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, stream);
-                    else dkdv(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, stream);
+                    if (k == 0)
+                        attention_backward_flash_wgmma_dq(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, s.HS,
+                                                          stream);
+                    else attention_backward_flash_wgmma_dkdv(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
                 }, stream);
                 printf("  time 5 hopper_wgmma: its %s kernel alone %s: %.4f ms  [median of %d, L2 flushed]\n",
                        k == 0 ? "dQ" : "dK/dV", s.str().c_str(), t.median_ms, t.reps);
