@@ -8,11 +8,28 @@
 // flash: one block per row does it all: one read of the row with an online softmax (running max m and
 //        running sum l, rescaled when m grows), the loss from lse = m + log l, and a second read of the row
 //        to write dlogits in place. The (N, Vp) probabilities never exist.
+//
+// The LM head around it (model.cuh) takes the same idea one level up: the flash set runs logits = lnf @ wte^T,
+// this classifier and the head's backward (dlnf, dwte) on one chunk of positions at a time, so only one
+// chunk's (rows, Vp) logits exist instead of all N rows' (1.5 GiB at B=16, T=1024: the largest activation).
+// The same idea as Liger Kernel's fused linear cross-entropy (Hsu et al. 2024) and Cut Cross-Entropy
+// (Wijmans et al. 2024). The naive set keeps the whole (N, Vp) logits, one chunk of N rows.
 #pragma once
+#include <algorithm>
+
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
 
 namespace flashgpt2 {
+
+// A chunk is a quarter of the positions, and at least CLASSIFIER_CHUNK_ROWS of them (412 MB of bf16 logits at
+// GPT-2's 50304 padded columns): each chunk costs one more read-modify-write of dwte (Vp, C), 154 MB, so there
+// are at most 4 of them, and small batches stay one chunk.
+constexpr int CLASSIFIER_CHUNK_ROWS = 4096;
+inline int classifier_chunk_rows(Variant v, int N) {
+    if (v == Variant::naive) return N;
+    return std::min(N, std::max(CLASSIFIER_CHUNK_ROWS, ceil_div(ceil_div(N, 4), 64) * 64));
+}
 
 inline size_t classifier_workspace_bytes(Variant v, int N, int Vp) {
     return v == Variant::naive ? ws_round((size_t)N * Vp * sizeof(float)) : 0;

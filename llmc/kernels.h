@@ -352,17 +352,20 @@ inline void attention_backward(const OpContext& ctx, floatX* dqkv, const floatX*
                                  ctx.stream);
 }
 
-// logits (B,T,Vp) -> losses (B,T) fp32 = -log softmax(logits[:V])[target]; if write_dlogits, logits is
+// logits (N,Vp) -> losses (N) fp32 = -log softmax(logits[:V])[target]; if write_dlogits, logits is
 // overwritten in place by dlogits = (softmax - onehot(target)) * dloss_scale, with 0 in padded columns V..Vp.
 // (dloss_scale is usually 1/(B*T*grad_accum_steps): the gradient of the mean loss.) Charged to the forward.
-inline void fused_classifier(const OpContext& ctx, floatX* logits, float* losses, const int* targets, int B, int T,
-                             int V, int Vp, float dloss_scale, bool write_dlogits) {
+inline void fused_classifier(const OpContext& ctx, floatX* logits, float* losses, const int* targets, int N, int V,
+                             int Vp, float dloss_scale, bool write_dlogits) {
     ProfileSpan s(ctx.prof, Layer::classifier, Pass::forward, ctx.stream);
     if (ctx.ks.naive(Layer::classifier))
-        classifier_naive(logits, losses, ctx.ws, targets, B * T, V, Vp, dloss_scale, write_dlogits, ctx.stream);
+        classifier_naive(logits, losses, ctx.ws, targets, N, V, Vp, dloss_scale, write_dlogits, ctx.stream);
     else
-        classifier_flash(logits, losses, targets, B * T, V, Vp, dloss_scale, write_dlogits, ctx.stream);
+        classifier_flash(logits, losses, targets, N, V, Vp, dloss_scale, write_dlogits, ctx.stream);
 }
+
+// Rows of logits the LM head holds at once for N = B*T positions (flash: chunks; naive: all of them).
+inline int lm_head_rows(const KernelSet& ks, int N) { return classifier_chunk_rows(ks[Layer::classifier], N); }
 
 // One AdamW step over every parameter tensor of `layout` (ParamLayout::gpt2(cfg) for the model).
 // master (fp32) may be nullptr (then params, which must then be fp32, are updated directly); else master

@@ -2,6 +2,7 @@
 // says what failed and what to lower), and the memory plan sizes every buffer BEFORE the first allocation, so a
 // run that cannot fit stops with one line saying how much it needs and which flag to change.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -97,9 +98,10 @@ inline MemoryPlan plan_memory(const GPT2Config& c, const KernelSet& ks, int B, i
                     + L * N * 4 * C * X              // fch
                     + (recompute ? 1 : L) * N * 4 * C * X  // fch_gelu
                     + N * C * X + N * F * 2          // lnf, its mean/rstd
-                    + N * c.padded_vocab_size * X    // logits
+                    // logits (one chunk of rows), sharing memory with the backward's scratch (B,T,4C)
+                    + std::max((size_t)lm_head_rows(ks, (int)N) * c.padded_vocab_size, N * 4 * C) * X
                     + N * F + N * 4 * 2              // losses, inputs, targets
-                    + N * C * X * 2 + N * 4 * C * X  // dresidual, scratch_btc, scratch_bt4c
+                    + N * C * X * 2                  // dresidual, scratch_btc
                     + m.att_saved;
     m.workspace = workspace_bytes(ks, B, T, c.channels, c.num_heads, c.padded_vocab_size) + blas_workspace_bytes();
     return m;

@@ -4,7 +4,8 @@
 //     x = wte[tokens] + wpe[positions]
 //     for each layer l:   x = x + attproj(attention(qkv(ln1(x))))      (residual2)
 //                         x = x + fcproj(gelu(fc(ln2(x))))             (residual3)
-//     logits = lnf(x) @ wte^T   ->  softmax, cross-entropy, and (training) dlogits in place
+//     logits = lnf(x) @ wte^T   ->  softmax, cross-entropy, and (training) dlogits in place, then at once the
+//                                   head's backward; the flash set does this a chunk of rows at a time
 // Every op dispatches on the KernelSet and makes its own fusion decisions (llmc/kernels.h), so the same code runs
 // the naive set, the flash set, or any mix; a LayerProfiler, when attached, is charged by the ops themselves.
 //
@@ -108,14 +109,14 @@ struct ActivationTensors {
     floatX* lnf;        // (B, T, C)
     float* lnf_mean;    // (B, T)
     float* lnf_rstd;    // (B, T)
-    floatX* logits;     // (B, T, Vp)      overwritten in place by dlogits when training
+    floatX* logits;     // (head_rows, Vp) one chunk of positions; overwritten in place by dlogits when training
     float* losses;      // (B, T)
     int* inputs;        // (B, T)
     int* targets;       // (B, T)
     // backward scratch
     floatX* dresidual;     // (B, T, C)   gradient of the residual stream, carried down the layers
     floatX* scratch_btc;   // (B, T, C)   attproj / fcproj outputs (forward); dln, datty (backward)
-    floatX* scratch_bt4c;  // (B, T, 4C)  dfch, dqkv (backward)
+    floatX* scratch_bt4c;  // (B, T, 4C)  dfch, dqkv (backward); the same memory as logits
 };
 
 // One block's activations: layer l's slices, and the residual stream entering it.
@@ -171,6 +172,7 @@ struct GPT2Model {
     void* ws = nullptr;               // the ops' shared workspace
     float* norm2 = nullptr;           // (1) squared gradient norm
     size_t att_saved_bytes = 0;       // per layer (its stride in att_saved)
+    int head_rows = 0;                // positions the LM head holds logits for at once (lm_head_rows)
 
     cudaStream_t stream = nullptr;
     LayerProfiler* prof = nullptr;    // set to time every op by layer
@@ -224,9 +226,10 @@ struct GPT2Model {
     }
 
     // ---- the passes ----
-    // Runs the model on host tokens inputs/targets (B', T'); targets == nullptr: inference, logits kept.
-    // With targets: losses (B', T') on the device, and when `for_training` the logits buffer holds dlogits
-    // scaled by dloss_scale, ready for backward(). Returns nothing: read the losses with mean_loss().
+    // Runs the model on host tokens inputs/targets (B', T'); targets == nullptr: inference, logits (B'*T' <=
+    // head_rows rows) kept. With targets: losses (B', T') on the device, and when `for_training` the LM head's
+    // backward has run too (dwte accumulated, dlnf in scratch_btc; dlogits scaled by dloss_scale), the rest is
+    // backward()'s. Returns nothing: read the losses with mean_loss().
     void forward(const int* inputs, const int* targets, int B_, int T_, bool for_training, float dloss_scale);
     void backward();  // accumulates parameter gradients of the last training forward()
     float mean_loss() const;  // waits for the stream; mean over the last forward's B'*T' losses
@@ -274,6 +277,7 @@ inline void GPT2Model::allocate() {
     grads = ParameterTensors::view(grads_memory, config);
 
     att_saved_bytes = attention_saved_stride(ks, B, T, config.num_heads);
+    head_rows = lm_head_rows(ks, (int)N);
     ActivationTensors& a = acts;
     a.encoded = mem.alloc_n<floatX>(N * C, "activations (encoded)");
     a.ln1 = mem.alloc_n<floatX>(L * N * C, "activations (ln1)");
@@ -293,13 +297,14 @@ inline void GPT2Model::allocate() {
     a.lnf = mem.alloc_n<floatX>(N * C, "activations (lnf)");
     a.lnf_mean = mem.alloc_n<float>(N, "activations (lnf mean)");
     a.lnf_rstd = mem.alloc_n<float>(N, "activations (lnf rstd)");
-    a.logits = mem.alloc_n<floatX>(N * Vp, "logits (B,T,Vp)");
+    // The LM head (the end of forward) and the backward's dfch/dqkv never live at once: one buffer for both.
+    a.logits = mem.alloc_n<floatX>(std::max((size_t)head_rows * Vp, N * 4 * C), "logits (head_rows, Vp) / scratch (B,T,4C)");
     a.losses = mem.alloc_n<float>(N, "losses");
     a.inputs = mem.alloc_n<int>(N, "input tokens");
     a.targets = mem.alloc_n<int>(N, "target tokens");
     a.dresidual = mem.alloc_n<floatX>(N * C, "backward scratch (dresidual)");
     a.scratch_btc = mem.alloc_n<floatX>(N * C, "scratch (B,T,C)");
-    a.scratch_bt4c = mem.alloc_n<floatX>(N * 4 * C, "scratch (B,T,4C)");
+    a.scratch_bt4c = a.logits;
     ws = mem.alloc(workspace_bytes(ks, B, T, config.channels, config.num_heads, config.padded_vocab_size), "workspace");
     norm2 = mem.alloc_n<float>(1, "grad norm");
     cudaCheck(cudaMemset(params_memory, 0, padded_params() * sizeof(floatX)));
@@ -377,6 +382,9 @@ inline void GPT2Model::forward(const int* inputs, const int* targets, int B_, in
     if (B_ < 1 || B_ > B || T_ < 1 || T_ > T)
         fail("forward: batch %dx%d does not fit the model's buffers of %dx%d", B_, T_, B, T);
     if (for_training && !targets) fail("forward: training needs targets");
+    if (!targets && B_ * T_ > head_rows)
+        fail("forward: without targets the logits of all %d positions are kept, but the LM head holds %d at a "
+             "time (the flash classifier's chunk); use --classifier naive or fewer positions", B_ * T_, head_rows);
     const int L = config.num_layers, NH = config.num_heads, C = config.channels;
     const int V = config.vocab_size, Vp = config.padded_vocab_size, N = B_ * T_;
     for (int i = 0; i < N; i++) {  // a bad token would index past wte: refuse it here, with its position
@@ -406,8 +414,18 @@ inline void GPT2Model::forward(const int* inputs, const int* targets, int B_, in
         residual_layernorm_forward(ctx, y.residual3, next.out, next.mean, next.rstd, y.residual2, proj, next.w, next.b,
                                    N, C);  // x + MLP(x), normalized for the next block (or by lnf)
     }
-    matmul_forward(ctx, a.logits, a.lnf, p.wte, nullptr, N, C, Vp);  // (B,T,Vp), weights tied to wte
-    if (targets) fused_classifier(ctx, a.logits, a.losses, a.targets, B_, T_, V, Vp, dloss_scale, for_training);
+    // LM head (weights tied to wte), head_rows positions at a time: logits, loss, and when training dlogits
+    // in place and at once the head's backward, dlnf rows (into scratch_btc, for backward()) and dwte.
+    for (int r0 = 0; r0 < N; r0 += head_rows) {
+        const int rows = std::min(head_rows, N - r0);
+        const floatX* lnf = a.lnf + (size_t)r0 * C;
+        matmul_forward(ctx, a.logits, lnf, p.wte, nullptr, rows, C, Vp);  // (rows, Vp)
+        if (!targets) break;
+        fused_classifier(ctx, a.logits, a.losses + r0, a.targets + r0, rows, V, Vp, dloss_scale, for_training);
+        if (for_training)
+            matmul_backward(ctx, a.scratch_btc + (size_t)r0 * C, grads.wte, nullptr, a.logits, lnf, p.wte, nullptr,
+                            rows, C, Vp);  // dlnf (rows, C); dwte += dlogits^T lnf
+    }
 }
 
 inline float GPT2Model::mean_loss() const {
@@ -434,8 +452,8 @@ inline void GPT2Model::backward() {
     floatX* dbtc = a.scratch_btc;   // (B,T,C)
     floatX* dbt4c = a.scratch_bt4c; // (B,T,4C)
 
-    // LM head: dlogits (in a.logits) -> dlnf, dwte; then the final layernorm into the residual stream.
-    matmul_backward(ctx, dbtc, g.wte, nullptr, a.logits, a.lnf, p.wte, nullptr, N, C, Vp);
+    // The LM head's backward ran in forward(), chunk by chunk: dbtc holds dlnf. The final layernorm into the
+    // residual stream:
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), stream));  // layernorm_backward adds
     layernorm_backward(ctx, dres, g.lnfw, g.lnfb, dbtc, layer(a.residual3, L - 1, C), p.lnfw, a.lnf_mean, a.lnf_rstd,
                        N, C);

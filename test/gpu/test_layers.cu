@@ -366,11 +366,11 @@ TEST_CASE("classifier: softmax + cross-entropy + dlogits, naive and flash") {
         for (int k = 0; k < 2; k++) {
             const KernelSet ks = KernelSet::all(VARIANTS[k]);
             put(d_logits, logits), d_losses.poison();
-            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B, T, V, Vp, scale, false);  // loss only
+            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B * T, V, Vp, scale, false);  // loss only
             losses_only[k] = get(d_losses);
             CHECK_MESSAGE(get(d_logits) == logits, "classifier without dlogits changed the logits " << tag);
             d_losses.poison();
-            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B, T, V, Vp, scale, true);
+            fused_classifier(ops(ks, ws), d_logits, d_losses, d_targets, B * T, V, Vp, scale, true);
             losses[k] = get(d_losses), dlogits[k] = get(d_logits);
         }
         check_naive_flash("classifier losses " + tag, losses[0], losses[1], losses_ref);

@@ -92,7 +92,7 @@ void poison_activations(GPT2Model& m) {
         {a.qkv, L * N * 3 * C * X}, {a.atty, L * N * C * X}, {a.att_saved, L * m.att_saved_bytes},
         {a.residual2, L * N * C * X}, {a.ln2, L * N * C * X}, {a.ln2_mean, L * N * F}, {a.ln2_rstd, L * N * F},
         {a.fch, L * N * 4 * C * X}, {a.fch_gelu, (m.recompute ? 1 : L) * N * 4 * C * X}, {a.residual3, L * N * C * X},
-        {a.lnf, N * C * X}, {a.lnf_mean, N * F}, {a.lnf_rstd, N * F}, {a.logits, N * Vp * X}, {a.losses, N * F},
+        {a.lnf, N * C * X}, {a.lnf_mean, N * F}, {a.lnf_rstd, N * F}, {a.logits, (size_t)m.head_rows * Vp * X}, {a.losses, N * F},
         {a.dresidual, N * C * X}, {a.scratch_btc, N * C * X}, {a.scratch_bt4c, N * 4 * C * X}};
     for (const auto& [p, bytes] : bufs) cudaCheck(cudaMemset(p, 0xFF, bytes));  // all-ones bits: NaN in fp32 and bf16
     cudaCheck(cudaDeviceSynchronize());
@@ -462,6 +462,16 @@ TEST_CASE("long context: loss and 16 gradients vs the oracle at T=2048, every ke
     check_loss_and_grads(c, 1, 2048, 2048);
 }
 
+// The flash LM head works CLASSIFIER_CHUNK_ROWS positions at a time: 3 x 1777 = 5331 positions are two chunks,
+// the second partial, so the chunks' offsets into lnf, losses, targets and dlnf, and dwte summed over chunks, are
+// all checked against the oracle (which computes the head on all rows at once).
+TEST_CASE("model: the flash LM head in two chunks (B=3 T=1777), loss and 16 gradients vs the oracle, every kernel set") {
+    static_assert(3 * 1777 > CLASSIFIER_CHUNK_ROWS && 3 * 1777 < 2 * CLASSIFIER_CHUNK_ROWS, "two chunks, one partial");
+    GPT2Config c = small_config();
+    c.max_seq_len = 1777;
+    check_loss_and_grads(c, 3, 1777, 1777);
+}
+
 TEST_CASE("long context: KV-cache sampling past position 1024 matches the full forward pass") {
     GPT2Config c = small_config();
     c.max_seq_len = 1300;
@@ -479,6 +489,14 @@ TEST_CASE("model: clear errors") {
     SUBCASE("more heads than the flash kernels' grid takes") {
         CHECK_THROWS_WITH_AS(GPT2Model(gpt2_124M(), KernelSet::all(Variant::flash), 100000, 1024),
                              doctest::Contains("more than the 65,535 the flash kernels' grid takes: lower -b"), Error);
+    }
+    SUBCASE("inference past the LM head's chunk") {
+        GPT2Config big = c;
+        big.max_seq_len = 2100;
+        GPT2Model m(big, KernelSet::all(Variant::flash), 2, 2100);  // 4200 positions > one chunk
+        const std::vector<int> tokens(2 * 2100, 1);
+        CHECK_THROWS_WITH_AS(m.forward(tokens.data(), nullptr, 2, 2100, false, 0.0f),
+                             doctest::Contains("use --classifier naive or fewer positions"), Error);
     }
     SUBCASE("T longer than the model's context") {
         CHECK_THROWS_WITH_AS(GPT2Model(c, KernelSet::all(Variant::flash), 1, c.max_seq_len + 1),
