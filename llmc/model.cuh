@@ -298,7 +298,7 @@ inline void GPT2Model::allocate() {
     a.lnf_mean = mem.alloc_n<float>(N, "activations (lnf mean)");
     a.lnf_rstd = mem.alloc_n<float>(N, "activations (lnf rstd)");
     // The LM head (the end of forward) and the backward's dfch/dqkv never live at once: one buffer for both.
-    a.logits = mem.alloc_n<floatX>(std::max((size_t)head_rows * Vp, N * 4 * C), "logits (head_rows, Vp) / scratch (B,T,4C)");
+    a.logits = mem.alloc_n<floatX>(std::max((size_t)head_rows * Vp, N * 4 * C), "logits / scratch (B,T,4C)");
     a.losses = mem.alloc_n<float>(N, "losses");
     a.inputs = mem.alloc_n<int>(N, "input tokens");
     a.targets = mem.alloc_n<int>(N, "target tokens");
