@@ -307,14 +307,12 @@ inline void ensure_baseline(Problem& p, const Table& table, const std::vector<co
 // `runner bench --pass bwd`: every rung of rep.rungs on the backward's anchor shapes. Returns the failures.
 template <class Table>
 inline int bench(report::Report<BwdRung>& rep, const Table& table, uint64_t seed) {
-    const Shape shapes[] = {{8, 12, 1024, 64},  {64, 12, 1024, 64}, {4, 12, 4096, 64},  {1, 12, 16384, 64},
-                            {1, 12, 32768, 64}, {16, 16, 2048, 128}, {4, 16, 8192, 128}};
     printf("card: %s, seed %llu, %zu rungs x %zu shapes\n", rep.card.c_str(), (unsigned long long)seed, rep.rungs.size(),
-           std::size(shapes));
+           std::size(dev::kAnchorShapes));
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     int failed = 0;
-    for (const Shape& s : shapes) {
+    for (const Shape& s : dev::kAnchorShapes) {
         rep.shapes.push_back(s);
         rep.cells.emplace_back();
         try {
