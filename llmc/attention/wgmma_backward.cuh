@@ -387,12 +387,11 @@ inline void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf
     cudaCheckLaunch();
 }
 
-// The checks of this engine's launches, and of the dev kernels built on it (which run head size 64 only: hs128 false).
+// The checks of this engine's launches, and of the dev kernels built on it.
 inline void attention_backward_flash_wgmma_check(const char* who, const bf16_t* dqkv, const bf16_t* dout,
-                                                 const bf16_t* qkv, const bf16_t* out, int B, int NH, int HS,
-                                                 bool hs128 = true) {
-    if (!attention_backward_flash_wgmma_supports(HS) || (!hs128 && HS != 64))
-        fail("%s: needs an sm_90a build on an H100/H200 and head size 64%s (HS = %d)", who, hs128 ? " or 128" : "", HS);
+                                                 const bf16_t* qkv, const bf16_t* out, int B, int NH, int HS) {
+    if (!attention_backward_flash_wgmma_supports(HS))
+        fail("%s: needs an sm_90a build on an H100/H200 and head size 64 or 128 (HS = %d)", who, HS);
     if (!aligned16(qkv) || !aligned16(dout) || !aligned16(out) || !aligned16(dqkv))
         fail("%s: qkv, dout, out and dqkv must be 16-byte aligned", who);
     if (B * NH > 65535) fail("%s: B*NH = %d exceeds the dQ grid's y limit 65535", who, B * NH);

@@ -167,7 +167,8 @@ inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const flo
                                             cudaStream_t stream) {
     namespace hp = flashgpt2::hopper;
     using W = FbhWs;
-    attention_backward_flash_wgmma_check("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS, false);
+    if (HS != 64) fail("attention_backward_flash_hopper_ws: its kernels run head size 64 only (HS = %d)", HS);
+    attention_backward_flash_wgmma_check("attention_backward_flash_hopper_ws", dqkv, dout, qkv, out, B, NH, HS);
     attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
     const long long C = (long long)NH * HS;
     // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t

@@ -230,7 +230,8 @@ inline void attention_backward_fused_dq_pre(const fused_dq::Workspace& w, const 
 inline void attention_backward_flash_fused_dq(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                               const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                               cudaStream_t stream) {
-    attention_backward_flash_wgmma_check("attention_backward_flash_fused_dq", dqkv, dout, qkv, out, B, NH, HS, false);
+    if (HS != 64) fail("attention_backward_flash_fused_dq: its kernels run head size 64 only (HS = %d)", HS);
+    attention_backward_flash_wgmma_check("attention_backward_flash_fused_dq", dqkv, dout, qkv, out, B, NH, HS);
     const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
     attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     constexpr int smem = 7 * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;  // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, alignment

@@ -123,7 +123,8 @@ template <int CL = CLUSTER_DQ>
 inline void attention_backward_flash_cluster_dq(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                                 const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                                 cudaStream_t stream) {
-    attention_backward_flash_wgmma_check("attention_backward_flash_cluster_dq", dqkv, dout, qkv, out, B, NH, HS, false);
+    if (HS != 64) fail("attention_backward_flash_cluster_dq: its kernels run head size 64 only (HS = %d)", HS);
+    attention_backward_flash_wgmma_check("attention_backward_flash_cluster_dq", dqkv, dout, qkv, out, B, NH, HS);
     const fused_dq::Workspace w = fused_dq::carve(ws, B, NH, T);
     attention_backward_fused_dq_pre(w, dout, out, lse, B, T, NH, stream);
     // K, V, Q x 2, dO x 2, dS^T, (lse, D) x 2, the receive buffer, 2 mbarriers, alignment
