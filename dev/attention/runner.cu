@@ -44,6 +44,7 @@
 #include "dev/attention/backward/6_warp_specialized.cuh"
 #include "dev/attention/backward/7_fused_dq.cuh"
 #include "dev/attention/backward/8_cluster_dq.cuh"
+#include "dev/attention/backward/9_heaviest_first.cuh"
 
 // ONE table: every rung of the ladder. `fwd V` runs every entry with id V (rung 1 comes in fp32 and bf16:
 // the bf16 one is the "naive in the same precision" that the bf16 rungs' errors are judged against).
@@ -83,6 +84,8 @@ const BwdRung RUNGS_BWD[] = {
      attention_backward_fused_dq},
     {8, "8_cluster_dq.cuh", "cluster_dq", DType::BF16, ladder::b8::supports, ladder::b8::workspace_bytes,
      attention_backward_cluster_dq},
+    {9, "9_heaviest_first.cuh", "heaviest_first", DType::BF16, ladder::b9::supports, ladder::b9::workspace_bytes,
+     attention_backward_heaviest_first},
 };
 
 using namespace flashgpt2;

@@ -41,13 +41,15 @@
 //   * at head size 128 both kernels hold 2 blocks per SM (96 KB of tiles each), so the dK/dV kernel may use
 //     255 registers: dK and dV take 128 of them.
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
-// beat this one: dev/attention/backward/6_warp_specialized.cuh.
+// beat this one: dev/attention/backward/6_warp_specialized.cuh. The grids come in two orders (GridOrder): the
+// trainer's, head by head, and dev rung 9's, every head's heaviest blocks first.
 #pragma once
 #include <cstdint>
 #include <type_traits>
 
 #include "llmc/attention/common.cuh"
 #include "llmc/attention/fragment.cuh"
+#include "llmc/attention/schedule.h"
 #include "llmc/attention/mma_backward.cuh"  // the tiles, their loads and the register math it shares
 #include "llmc/error.h"
 #include "llmc/ptx/hopper.cuh"
@@ -65,9 +67,38 @@ constexpr int fbh_dkdv_smem() {  // K_j, V_j, Q_i x 2, dO_i x 2, (lse, D) x 2, a
     return 6 * (HS / 64) * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;
 }
 
+// The order of the two kernels' grids. head_major: grid (tiles, B·NH), one head's tiles after another, each
+// head's heaviest tile first (the trainer's engine). heaviest_first: a 1-D grid of tiles·B·NH blocks in
+// schedule.h's order, balanced L2 sections (dev rung 9: the same kernels, another order).
+enum class GridOrder { head_major, heaviest_first };
+
 namespace wgmma_backward {
 
 namespace hp = flashgpt2::hopper;
+
+// A block's work in a grid of order O with n tiles per head (a kernel of head size HS): its head, and the rank
+// of its tile in the head, 0 the heaviest (dQ: the last query tile, dK/dV: the first key tile). Unsigned, as
+// blockIdx is: head_major is then exactly the trainer's index arithmetic.
+template <int HS>
+__device__ __forceinline__ HeadTile heaviest_block(int n, int T) {
+    const int BH = gridDim.x / n;
+    return heaviest_first(blockIdx.x, n, BH, balanced_section_heads(BH, l2_section_heads(T, HS)));
+}
+template <GridOrder O, int HS>
+__device__ __forceinline__ unsigned block_head(int n, int T) {
+    if constexpr (O == GridOrder::head_major) return blockIdx.y;
+    else return heaviest_block<HS>(n, T).bh;
+}
+template <GridOrder O, int HS>
+__device__ __forceinline__ unsigned block_rank(int n, int T) {
+    if constexpr (O == GridOrder::head_major) return blockIdx.x;
+    else return heaviest_block<HS>(n, T).rank;
+}
+template <GridOrder O>
+__device__ __forceinline__ unsigned tiles_per_head(int n) {  // the grid's own count where it has one
+    if constexpr (O == GridOrder::head_major) return gridDim.x;
+    else return n;
+}
 
 // Descriptors of a swizzled (64, 64) bf16 tile at `tile` (1024-byte aligned), as the B (or A) operand of
 // the 16-wide k step kk:
@@ -200,7 +231,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4]
 // dQ (and the per-tile lse, D): one block (one warpgroup) per 64 queries, heaviest (latest) query blocks
 // first; 4 blocks per SM at HS 64, 2 at HS 128 (shared memory)
 
-template <int HS>
+template <int HS, GridOrder O = GridOrder::head_major>
 static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
     attention_backward_flash_wgmma_dq_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
@@ -214,8 +245,9 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
     const uint32_t sdO = sQ + TILE;                                 // Q_i, dO_i (Br, HS)
     const uint32_t sK = sdO + TILE, sV = sK + 2 * TILE;             // K_j, V_j (Bc, HS), buffer b at + b * TILE
     const uint32_t sO = sK + TILE;  // O_i (Br, HS), read once for D, in K's buffer 1 before K_1 lands there
-    const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR;
+    const int n_q = ceil_div(T, FB_BR);
+    const int C = NH * HS, bh = hb::block_head<O, HS>(n_q, T), b = bh / NH, h = bh % NH;
+    const int q0 = (hb::tiles_per_head<O>(n_q) - 1 - hb::block_rank<O, HS>(n_q, T)) * FB_BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int row_g = q0 + 16 * warp + g;
     const bf16_t* qbase = qkv + (size_t)b * T * 3 * C + h * HS;
@@ -242,7 +274,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
     __syncthreads();  // every warp has read O_i: K_1 may land on it (the first step's copies)
     for (int r = 0; r < 2; r++)  // the tile's lse·log2(e) and D, all 64 rows (past T: 0 and 0), for the dK/dV kernel
         if (t == 0) {
-            float* ld = LD + ((size_t)bh * gridDim.x + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
+            float* ld = LD + ((size_t)bh * hb::tiles_per_head<O>(n_q) + q0 / FB_BR) * 2 * FB_BR + row_g + 8 * r - q0;
             ld[0] = l2[r], ld[FB_BR] = Di[r];
         }
 
@@ -309,7 +341,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
 // SM at HS 64 (168 registers a thread), 2 at HS 128 (shared memory; dK and dV alone are 128 registers). Q_i,
 // dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier per step.
 
-template <int HS>
+template <int HS, GridOrder O = GridOrder::head_major>
 static __global__ void __launch_bounds__(128, HS == 64 ? 3 : 2)
     attention_backward_flash_wgmma_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
                                           int T, int NH) {
@@ -322,8 +354,8 @@ static __global__ void __launch_bounds__(128, HS == 64 ? 3 : 2)
     const uint32_t sV = sK + TILE;                       // K_j, V_j (64 keys, HS), resident for the loop
     const uint32_t sQ = sV + TILE, sdO = sQ + 2 * TILE;  // Q_i, dO_i (Br, HS), buffer b at + b * TILE
     const uint32_t sL = sdO + 2 * TILE;                  // lse·log2(e), D of tile i (2, Br) x 2 buffers
-    const int C = NH * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int j0 = blockIdx.x * 64, n_qt = ceil_div(T, FB_BR);
+    const int C = NH * HS, bh = hb::block_head<O, HS>(ceil_div(T, 64), T), b = bh / NH, h = bh % NH;
+    const int j0 = hb::block_rank<O, HS>(ceil_div(T, 64), T) * 64, n_qt = ceil_div(T, FB_BR);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wk0 = j0 + 16 * warp, key_g = wk0 + g;
     const bf16_t* qbase = qkv + (size_t)b * T * 3 * C + h * HS;
@@ -347,7 +379,10 @@ static __global__ void __launch_bounds__(128, HS == 64 ? 3 : 2)
         const float* L = reinterpret_cast<const float*>(fbh_smem + (sL - raw) + buf * 2 * FB_BR * 4);
         hb::dkdv_step(dk, dv, sK, sV, sQ + buf * TILE, sdO + buf * TILE, L, i0, wk0, key_g, t, sl2, [] {});
     }
-    fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
+    // heaviest_first: b and h come from divisions, which ptxas does not redo after the loop as it re-reads
+    // blockIdx, and keeping them live through the loop spilled registers; the head's offset in dqkv is qbase's.
+    if constexpr (O == GridOrder::head_major) fb_store_dkdv(dqkv, dk, dv, key_g, T, b, h, NH, t, 1.0f / sqrtf((float)HS));
+    else fb_store_dkdv(dqkv + (qbase - qkv), dk, dv, key_g, T, 0, 0, NH, t, 1.0f / sqrtf((float)HS));
 #else
     (void)dqkv, (void)dout, (void)qkv, (void)LD, (void)T, (void)NH;  // no sm_90a code: launches are refused
 #endif
@@ -362,28 +397,36 @@ inline bool attention_backward_flash_wgmma_supports(int HS) {
     return (HS == 64 || HS == 128) && hopper::sm90a_available();
 }
 
+// The grid of order O for n tiles per head.
+template <GridOrder O>
+dim3 attention_backward_wgmma_grid(int n, int BH) {
+    return O == GridOrder::head_major ? dim3(n, BH) : dim3(n * BH);
+}
+
 // The two kernels, each on its own (the runner also times them apart), at head size HS (64 or 128; the caller
-// checks). D is the workspace of attention_backward_d_floats(B, NH, T) floats; on this path only its per-tile
-// part is used: the dQ kernel writes each 64-query tile's lse·log2(e) and D there, and the dK/dV kernel reads them.
-inline void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                              const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
-                                              cudaStream_t stream) {
-    const auto kernel =
-        HS == 64 ? attention_backward_flash_wgmma_dq_kernel<64> : attention_backward_flash_wgmma_dq_kernel<128>;
+// checks), in grid order O. D is the workspace of attention_backward_d_floats(B, NH, T) floats; on this path
+// only its per-tile part is used: the dQ kernel writes each 64-query tile's lse·log2(e) and D there, and the
+// dK/dV kernel reads them.
+template <GridOrder O = GridOrder::head_major>
+void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv, const bf16_t* out,
+                                       const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
+    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dq_kernel<64, O>
+                                 : attention_backward_flash_wgmma_dq_kernel<128, O>;
     const int smem = HS == 64 ? fbh_dq_smem<64>() : fbh_dq_smem<128>();
     allow_shared_memory(kernel, smem);
-    kernel<<<dim3(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream>>>(
+    kernel<<<attention_backward_wgmma_grid<O>(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream>>>(
         dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
     cudaCheckLaunch();
 }
-inline void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                                int B, int T, int NH, int HS, cudaStream_t stream) {
-    const auto kernel =
-        HS == 64 ? attention_backward_flash_wgmma_dkdv_kernel<64> : attention_backward_flash_wgmma_dkdv_kernel<128>;
+template <GridOrder O = GridOrder::head_major>
+void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv, int B, int T,
+                                         int NH, int HS, cudaStream_t stream) {
+    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dkdv_kernel<64, O>
+                                 : attention_backward_flash_wgmma_dkdv_kernel<128, O>;
     const int smem = HS == 64 ? fbh_dkdv_smem<64>() : fbh_dkdv_smem<128>();
     allow_shared_memory(kernel, smem);
-    kernel<<<dim3(ceil_div(T, 64), B * NH), 128, smem, stream>>>(dqkv, dout, qkv,
-                                                                 attention_backward_d_tiles(D, B, NH, T), T, NH);
+    kernel<<<attention_backward_wgmma_grid<O>(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
+        dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
     cudaCheckLaunch();
 }
 

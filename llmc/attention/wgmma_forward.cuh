@@ -106,8 +106,7 @@ void launch(const WgmmaAttentionParams& p) {
     const CUtensorMap mq = hp::make_strided_head_map(p.q, p.B, p.NH, p.T, p.HS, s.b, s.h, s.t, C::BR);
     const CUtensorMap mk = hp::make_strided_head_map(p.k, p.B, p.NH, p.T, p.HS, s.b, s.h, s.t, C::BC);
     const CUtensorMap mv = hp::make_strided_head_map(p.v, p.B, p.NH, p.T, p.HS, s.b, s.h, s.t, C::BC);
-    // Heads per scheduling section: as many as have their K and V (T·HS·2·2 bytes) in ~16 MB of L2.
-    const int section_heads = std::max(1, (int)((16u << 20) / ((size_t)p.T * p.HS * 4)));
+    const int section_heads = l2_section_heads(p.T, p.HS);  // heads whose K and V fit in L2 together
     const Problem pr{p.o, p.out.b, p.out.h, p.out.t, p.lse, p.T, p.NH, BH, section_heads, 1.0f / sqrtf((float)p.HS)};
     kernel<<<std::min(total, num_sms), C::THREADS, C::SMEM, p.stream>>>(mq, mk, mv, pr);
     cudaCheckLaunch();

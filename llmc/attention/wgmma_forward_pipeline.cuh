@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include "llmc/attention/fragment.cuh"
+#include "llmc/attention/schedule.h"
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/ptx/hopper.cuh"
@@ -82,17 +83,14 @@ struct Problem {
     __device__ float* lse_head(int bh) const { return lse + (size_t)bh * T; }
 };
 
-// Work item → (head bh, query tile qt). Heads are taken in sections of `section_heads` (their K and V fit
-// in L2 together); inside a section all heads' last (heaviest) query tiles come first, then the next-to-
-// last ones, …: longest jobs first balances the blocks, and the section keeps re-read K/V tiles in L2.
+// Work item → (head bh, query tile qt): heaviest first in L2 sections (schedule.h), and a query tile's
+// weight is its number of key tiles, so rank 0 is the last query tile.
 struct Tile {
     int bh, qt;
 };
 __device__ __forceinline__ Tile decode_tile(int tile, int n_q, int BH, int section_heads) {
-    const int per_section = section_heads * n_q;
-    const int sec = tile / per_section, within = tile - sec * per_section;
-    const int heads = min(section_heads, BH - sec * section_heads);
-    return Tile{sec * section_heads + within % heads, n_q - 1 - within / heads};
+    const HeadTile ht = heaviest_first(tile, n_q, BH, section_heads);
+    return Tile{ht.bh, n_q - 1 - ht.rank};
 }
 
 // Key tiles a query tile needs: those holding a key ≤ its last valid query row.

@@ -23,7 +23,8 @@
 
 #include "llmc/attention/wgmma_backward.cuh"
 #include "dev/attention/attention.cuh"
-#include "llmc/attention/wgmma_forward_pipeline.cuh"  // the tile order, release()
+#include "llmc/attention/schedule.h"                 // the tile order
+#include "llmc/attention/wgmma_forward_pipeline.cuh"  // release()
 
 namespace flashgpt2 {
 
@@ -48,9 +49,9 @@ struct FbhWs {
     static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
 };
 
-// Work item m of a block = (head bh, key tile of Bc keys at j0), taken in wgmma_attention's order (sections
-// of heads whose Q and dO fit in L2; inside a section every head's first key tile, the heaviest, first):
-// block b takes items b, b + gridDim.x, ...
+// Work item m of a block = (head bh, key tile of Bc keys at j0), heaviest first (llmc/attention/schedule.h:
+// sections of heads whose Q and dO fit in L2; inside a section every head's first key tile, the heaviest,
+// first): block b takes items b, b + gridDim.x, ...
 static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
     attention_backward_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -70,8 +71,8 @@ static __global__ void __launch_bounds__(FbhWs::THREADS, 1)
     const auto item = [&](int m, int& bh, int& j0) {  // this block's m-th item: false when there is none
         const int it = blockIdx.x + m * (int)gridDim.x;
         if (it >= total) return false;
-        const wgmma_attention::Tile tl = wgmma_attention::decode_tile(it, n_kt, BH, section_heads);
-        bh = tl.bh, j0 = (n_kt - 1 - tl.qt) * W::BC;  // decode_tile lists the last tiles first: reversed
+        const HeadTile ht = heaviest_first(it, n_kt, BH, section_heads);  // rank 0: the first key tile
+        bh = ht.bh, j0 = ht.rank * W::BC;
         return true;
     };
 
@@ -183,7 +184,7 @@ inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const flo
         cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
     }
     const int BH = B * NH, total = ceil_div(T, W::BC) * BH;
-    const int section_heads = std::max(1, (int)((16u << 20) / ((size_t)T * HS * 4)));  // Q, dO of a section: 16 MB
+    const int section_heads = l2_section_heads(T, HS);  // heads whose Q and dO fit in L2 together
     allow_shared_memory(attention_backward_dkdv_ws_kernel, W::SMEM);
     attention_backward_dkdv_ws_kernel<<<std::min(total, num_sms), W::THREADS, W::SMEM, stream>>>(
         mq, mk, mv, mdo, dqkv, attention_backward_d_tiles(D, B, NH, T), T, NH, BH, section_heads);

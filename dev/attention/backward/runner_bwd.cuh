@@ -290,6 +290,25 @@ inline report::Cell cell(const BwdRung& r, Problem& p, bool timed) {
     }
 }
 
+// Where the time of the wgmma engine's two kernels goes, in grid order O (rung 5: head_major, rung 9:
+// heaviest_first): each kernel timed on its own.
+template <GridOrder O>
+inline void time_kernels_apart(const char* label, Problem& p, cudaStream_t stream) {
+    const Shape& s = p.s;
+    DeviceBuffer ws(attention_backward_d_floats(s.B, s.NH, s.T) * sizeof(float), "D");
+    const AttnBwdParams q = p.params(ws.p);
+    float* D = (float*)ws.p;
+    for (int k = 0; k < 2; k++) {
+        const harness::Timing t = harness::benchmark([&] {
+            if (k == 0)
+                attention_backward_flash_wgmma_dq<O>(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, s.HS, stream);
+            else attention_backward_flash_wgmma_dkdv<O>(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
+        }, stream);
+        printf("  time %s: its %s kernel alone %s: %.4f ms  [median of %d, L2 flushed]\n", label, k == 0 ? "dQ" : "dK/dV",
+               s.str().c_str(), t.median_ms, t.reps);
+    }
+}
+
 // The baseline of the bf16 rule first: rung 1 of `table`, checked on its own when it is not among `rungs`.
 template <class Table>
 inline void ensure_baseline(Problem& p, const Table& table, const std::vector<const BwdRung*>& rungs) {
@@ -385,20 +404,9 @@ inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "b
                 if (!pos.empty() && !all) all_ok = false;  // a shape asked for by name must run
             }
         }
-        if (timed && (all || id == 5) && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's time goes
-            DeviceBuffer ws(attention_backward_d_floats(s.B, s.NH, s.T) * sizeof(float), "D");
-            const AttnBwdParams q = p.params(ws.p);
-            float* D = (float*)ws.p;
-            for (int k = 0; k < 2; k++) {
-                const harness::Timing t = harness::benchmark([&] {
-                    if (k == 0)
-                        attention_backward_flash_wgmma_dq(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, s.HS,
-                                                          stream);
-                    else attention_backward_flash_wgmma_dkdv(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
-                }, stream);
-                printf("  time 5 hopper_wgmma: its %s kernel alone %s: %.4f ms  [median of %d, L2 flushed]\n",
-                       k == 0 ? "dQ" : "dK/dV", s.str().c_str(), t.median_ms, t.reps);
-            }
+        if (timed && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's (and 9's) time goes
+            if (all || id == 5) time_kernels_apart<GridOrder::head_major>("5 hopper_wgmma", p, stream);
+            if (all || id == 9) time_kernels_apart<GridOrder::heaviest_first>("9 heaviest_first", p, stream);
         }
     }
     cudaCheck(cudaStreamDestroy(stream));
