@@ -1,6 +1,6 @@
 // The block dispatcher as a model: what the order of a causal grid costs at the end of a kernel, computed
-// without a GPU. `./dev/attention/runner schedule [--sms N] [--out DIR]` (make schedule-model) writes the table
-// that backward rung 9's page shows beside its measurements.
+// without a GPU. `./dev/attention/runner schedule [B NH T HS] [--sms N] [--out DIR]`; without a shape, the
+// anchor shapes: `make schedule-model` writes that table into backward rung 9's page, beside its measurements.
 //
 // The model. An SM holds `per_sm` blocks of the kernel at once (its places; the kernel's __launch_bounds__).
 // A block that visits w tiles takes w + 1 steps (the one more: its first loads and its stores). Every place
@@ -57,21 +57,32 @@ inline Orders orders(int BH, int n, int T, int HS) {
 }
 
 inline int cmd_schedule(int argc, char** argv) {  // argv[0] = "schedule"
+    const char* usage = "usage: runner schedule [B NH T HS] [--sms N] [--out DIR]";
     int sms = 132;  // an H100 / H200 SXM
     std::string out_dir;
+    std::vector<int> pos;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sms") && i + 1 < argc) sms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
-        else fail("usage: runner schedule [--sms N] [--out DIR]");
+        else if (argv[i][0] != '-' && pos.size() < 4) pos.push_back(atoi(argv[i]));
+        else fail("%s", usage);
     }
     if (sms < 1 || sms > 4096) fail("--sms %d: expected 1 to 4096", sms);
+    if (!pos.empty() && pos.size() != 4) fail("%s (a shape is four numbers)", usage);
+    std::vector<Shape> shapes(std::begin(kAnchorShapes), std::end(kAnchorShapes));
+    if (!pos.empty()) {
+        shapes = {Shape{pos[0], pos[1], pos[2], pos[3]}};
+        const Shape& s = shapes[0];
+        if (s.B < 1 || s.NH < 1 || s.T < 1 || (s.HS != 64 && s.HS != 128) || (long long)s.B * s.NH * s.T > (1LL << 28))
+            fail("schedule %s: expects B, NH, T >= 1 (B·NH·T at most 2^28) and HS 64 or 128", s.str().c_str());
+    }
     std::string md = "Backward grid order, **modelled**, not measured (`dev/attention/schedule_model.h`: every place the "
                      "same speed, blocks handed out in index order): the last block's end, as a multiple of an even "
                      "share of the steps; " + std::to_string(sms) + " SMs.  \nWritten " + flashgpt2::utc_timestamp() +
                      " by `./dev/attention/runner schedule` (make schedule-model).\n\n"
                      "| shape | kernel | blocks | places | rung 5, head by head | rung 9, heaviest first |\n"
                      "|---|---|--:|--:|--:|--:|\n";
-    for (const Shape& s : kAnchorShapes) {
+    for (const Shape& s : shapes) {
         const int BH = s.B * s.NH, n = ceil_div(s.T, 64);
         const Orders o = orders(BH, n, s.T, s.HS);
         double total = 0.0;
