@@ -267,6 +267,12 @@ bench-attention: build/attention_runner
 bench-attention-bwd: build/attention_runner
 	OUT=log/bench-attention-bwd bash scripts/bench/22_attention_backward.sh
 
+# schedule-model: no GPU: the attention backward's two grid orders (rungs 5 and 9) in a model of the block dispatcher; writes doc/results/schedule_model.md and the block in doc/attention/backward/9_heaviest_first.md
+schedule-model: build/attention_runner
+	./dev/attention/runner schedule --out doc/results
+	bash scripts/readme_table.sh doc/results/schedule_model.md schedule-model doc/attention/backward/9_heaviest_first.md
+.PHONY: schedule-model
+
 # memory-wall: measure this card's memory hierarchy (HBM, L2, shared memory, tensor-core and fp32 peaks) and place naive and flash attention on its roofline, bytes from Nsight Compute when ncu is installed; writes doc/results/memory_wall.{md,csv} and the block in doc/memory_wall.md
 memory-wall: build/memory_wall
 	OUT=log/memory-wall bash scripts/bench/71_memory_wall.sh

@@ -9,6 +9,8 @@
 //   ./dev/attention/runner bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
 //   ./dev/attention/runner bwd V|all [B NH T HS] [--seed S]   (the backward ladder: RUNGS_BWD below, validated
 //                                                          and timed by dev/attention/backward/runner_bwd.cuh)
+//   ./dev/attention/runner schedule [--sms N] [--out DIR]  (no GPU: the backward's grid orders in a model,
+//                                                          dev/attention/schedule_model.h)
 #define EIGEN_NO_CUDA  // the oracle is host code: keep Eigen's own CUDA support out of this .cu file
 #include <algorithm>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include "dev/attention/backward/runner_bwd.cuh"  // `runner bwd`: the backwards, validated and timed the same way
 #include "dev/attention/problem.cuh"
 #include "dev/attention/report.cuh"
+#include "dev/attention/schedule_model.h"  // `runner schedule`: the grid-order model (no GPU)
 #include "dev/harness.cuh"
 #include "llmc/args.h"
 #include "llmc/profile.h"  // utc_timestamp
@@ -404,7 +407,8 @@ int main(int argc, char** argv) {
         if (argc >= 2 && !strcmp(argv[1], "fwd")) return cmd_fwd(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1, command);
         if (argc >= 2 && !strcmp(argv[1], "bwd")) return bwd_runner::cmd_bwd(argc - 1, argv + 1, RUNGS_BWD);
+        if (argc >= 2 && !strcmp(argv[1], "schedule")) return schedule_model::cmd_schedule(argc - 1, argv + 1);
         fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] "
-             "[--rungs 1,4,7] [--seed S] | bwd V|all [B NH T HS] [--seed S]");
+             "[--rungs 1,4,7] [--seed S] | bwd V|all [B NH T HS] [--seed S] | schedule [--sms N] [--out DIR]");
     });
 }

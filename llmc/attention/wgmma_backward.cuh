@@ -66,6 +66,9 @@ template <int HS>
 constexpr int fbh_dkdv_smem() {  // K_j, V_j, Q_i x 2, dO_i x 2, (lse, D) x 2, alignment
     return 6 * (HS / 64) * FB_TILE + 2 * 2 * FB_BR * 4 + 1024;
 }
+// Blocks per SM the two kernels are built for (their __launch_bounds__; the shared memory allows as many).
+constexpr int fbh_dq_blocks_per_sm(int HS) { return HS == 64 ? 4 : 2; }
+constexpr int fbh_dkdv_blocks_per_sm(int HS) { return HS == 64 ? 3 : 2; }
 
 // The order of the two kernels' grids. head_major: grid (tiles, B·NH), one head's tiles after another, each
 // head's heaviest tile first (the trainer's engine). heaviest_first: a 1-D grid of tiles·B·NH blocks in
@@ -232,7 +235,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4]
 // first; 4 blocks per SM at HS 64, 2 at HS 128 (shared memory)
 
 template <int HS, GridOrder O = GridOrder::head_major>
-static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
+static __global__ void __launch_bounds__(FB_DQ_THREADS, fbh_dq_blocks_per_sm(HS))
     attention_backward_flash_wgmma_dq_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -342,7 +345,7 @@ static __global__ void __launch_bounds__(FB_DQ_THREADS, HS == 64 ? 4 : 2)
 // dO_i and the tile's lse·log2(e), D come in with cp.async, double-buffered, one block barrier per step.
 
 template <int HS, GridOrder O = GridOrder::head_major>
-static __global__ void __launch_bounds__(128, HS == 64 ? 3 : 2)
+static __global__ void __launch_bounds__(128, fbh_dkdv_blocks_per_sm(HS))
     attention_backward_flash_wgmma_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
                                           int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
