@@ -6,8 +6,9 @@
 // The idea: rung 5's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
 // every step. Here a producer thread issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
 // mbarriers, two consumer warpgroups (128 keys) never meet at a barrier, setmaxnreg gives them 240 registers,
-// and the grid is persistent (one block per SM, items heaviest first in L2-sized sections; the next item's
-// K_j, V_j land while the last one's dK, dV are stored).
+// and the grid is persistent (one block per SM, items heaviest first in L2-sized sections, each block's next
+// one from a counter as in the forward's scheduler; the next item's K_j, V_j land while the last one's dK, dV
+// are stored).
 //
 // Why it does not win at head size 64 (our reading, not profiled): once ptxas stopped serializing rung 5's
 // wgmmas (see its engine's header), its 3 blocks per SM keep 12 warps of math in flight, and a block's barrier
@@ -52,7 +53,8 @@ struct FbhWs {
     static constexpr int LD_BYTES = 2 * FB_BR * 4;                 // lse_i·log2(e), D_i (Br floats each),
     static constexpr int LD_OFF = DO_OFF + STAGES * TILE;          //   2 buffers per consumer warp
     static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[]
-    static constexpr int SMEM = BAR_OFF + 8 * (4 + 2 * STAGES) + 1024;  // + room to align the base up
+    static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES);  // (item, next item) per K/V slot: 2 x 2 ints
+    static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // + room to align the base up
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
     static_assert(SMEM <= 227 * 1024, "shared memory of one block");
@@ -62,9 +64,15 @@ struct FbhWs {
     static constexpr int KV_BOX_ROWS = HS == 64 ? BC : 64;
 };
 
-// Work item m of a block = (head bh, key tile of Bc keys at j0), heaviest first (llmc/attention/schedule.h:
-// sections of heads whose Q and dO fit in L2; inside a section every head's first key tile, the heaviest,
-// first): block b takes items b, b + gridDim.x, ...
+// Work items = (head bh, key tile of Bc keys at j0) in schedule.h's order, heaviest first (sections of heads
+// whose Q and dO fit in L2; inside a section every head's first key tile first). Block b's first item is b;
+// each later one is gridDim.x + a fetch of this counter (the forward's scheduler, wgmma_forward_pipeline.cuh,
+// says why exactly one fetch per item taken, plus one, leaves it at 0 for the next launch). The producer
+// fetches an item's successor when it starts the item, and hands both to the consumers with the item's K_j,
+// V_j (the K/V slot's "full" barrier publishes them), so that they can copy the next item's first lse, D
+// while they finish this one.
+static __device__ int g_dkdv_ws_counter = 0;
+
 template <int HS>
 static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     attention_backward_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -81,13 +89,11 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     const auto kv_empty = [&](int k) { return base + W::BAR_OFF + 16 + 8 * k; };
     const auto full = [&](int s) { return base + W::BAR_OFF + 32 + 8 * s; };
     const auto empty = [&](int s) { return base + W::BAR_OFF + 32 + 8 * (W::STAGES + s); };
+    volatile int* items = reinterpret_cast<volatile int*>(fbh_smem + (base - raw) + W::ITEM_OFF);  // 2 per K/V slot
     const int n_kt = ceil_div(T, W::BC), n_qt = ceil_div(T, FB_BR), total = n_kt * BH;
-    const auto item = [&](int m, int& bh, int& j0) {  // this block's m-th item: false when there is none
-        const int it = blockIdx.x + m * (int)gridDim.x;
-        if (it >= total) return false;
+    const auto decode = [&](int it, int& bh, int& j0) {  // item it -> its head and first key
         const HeadTile ht = heaviest_first(it, n_kt, BH, section_heads);  // rank 0: the first key tile
         bh = ht.bh, j0 = ht.rank * W::BC;
-        return true;
     };
 
     if (threadIdx.x == 0) {
@@ -108,10 +114,22 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
         if (threadIdx.x != 0) return;
         hp::prefetch_tma_map(&tm_q);
         hp::prefetch_tma_map(&tm_do);
-        int bh, j0, n = 0;  // n: Q/dO tiles issued so far (slot n % STAGES)
-        for (int m = 0; item(m, bh, j0); m++) {
-            const int b = bh / NH, h = bh % NH, k = m & 1;
-            hp::mbar_wait(kv_empty(k), ((m >> 1) & 1) ^ 1);  // the consumers are done with item m-2's K, V
+        int n = 0, it = blockIdx.x;  // n: Q/dO tiles issued so far (slot n % STAGES); it: this item
+        for (int m = 0;; m++) {
+            const int k = m & 1;
+            hp::mbar_wait(kv_empty(k), ((m >> 1) & 1) ^ 1);  // the consumers are done with item m-2 (and its slot)
+            if (it >= total) {  // no more work: say so through slot k (the arrival publishes it)
+                items[2 * k] = -1;
+                hp::mbar_arrive(kv_full(k));
+                return;
+            }
+            const int fetched = atomicAdd(&g_dkdv_ws_counter, 1);
+            if (fetched == total - 1) atomicExch(&g_dkdv_ws_counter, 0);  // the launch's last fetch: reset
+            const int next = fetched + (int)gridDim.x;                     // (>= total: none)
+            items[2 * k] = it, items[2 * k + 1] = next;
+            int bh, j0;
+            decode(it, bh, j0);
+            const int b = bh / NH, h = bh % NH;
             hp::mbar_arrive_expect_tx(kv_full(k), 2 * W::KV_BYTES);
             for (int r = 0; r < W::BC; r += W::KV_BOX_ROWS)  // box by box: (64-key tile r / 64, panel p)
                 for (int p = 0; p < HS / 64; p++) {
@@ -128,8 +146,8 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
                     hp::tma_load_4d(sdO + s * W::TILE + p * FB_TILE, &tm_do, full(s), 64 * p, i0, h, b);
                 }
             }
+            it = next;
         }
-        return;
     }
 
     // ---- consumers
@@ -145,13 +163,17 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
                          LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * 2 * FB_BR + 4 * lane, 16);
         mma::cp_async_commit();
     };
-    int bh, j0, n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
-    if (item(0, bh, j0)) ld_prefetch(bh, j0, 0);
-    for (int m = 0; item(m, bh, j0); m++) {
+    int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
+    for (int m = 0;; m++) {
         const int k = m & 1;
+        hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j, V_j of this item have landed, and its number
+        const int it = items[2 * k], next_it = items[2 * k + 1];  // this item (-1: no more work), the next
+        if (it < 0) break;
+        int bh, j0;
+        decode(it, bh, j0);
+        if (m == 0) ld_prefetch(bh, j0, 0);  // later items' first lse, D: copied during the item before
         const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
         const uint32_t Kw = sK + k * W::KV_BYTES + wg * W::TILE, Vw = sV + k * W::KV_BYTES + wg * W::TILE;
-        hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j, V_j of this item have landed
         float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
         for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++) {
             const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
@@ -160,7 +182,7 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
                                // other buffer (tile q-1)
                 int nbh = bh, ni0 = i0 + FB_BR;  // the next tile: of this item, or the next item's first
                 bool next = ni0 < T;
-                if (!next) next = item(m + 1, nbh, ni0);
+                if (!next && next_it < total) decode(next_it, nbh, ni0), next = true;
                 if (next) ld_prefetch(nbh, ni0, (q + 1) & 1);
             };
             const int s = n % W::STAGES;
