@@ -230,7 +230,7 @@ build/test_gpu_%:
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS)
 
 # The attention runner (dev/attention/runner is the script that builds it when needed and runs it).
-build/attention_runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*/*.cuh) $(LLMC_CUH)
+build/attention_runner: dev/attention/runner.cu $(wildcard dev/*.cuh dev/*.h dev/attention/*.cuh dev/attention/*.h dev/attention/*/*.cuh) $(LLMC_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 
@@ -267,10 +267,11 @@ bench-attention: build/attention_runner
 bench-attention-bwd: build/attention_runner
 	OUT=log/bench-attention-bwd bash scripts/bench/22_attention_backward.sh
 
-# schedule-model: no GPU: the attention backward's two grid orders (rungs 5 and 9) in a model of the block dispatcher; writes doc/results/schedule_model.md and the block in doc/attention/backward/9_heaviest_first.md
+# schedule-model: no GPU: the attention backward's grid orders (rungs 5, 9 and rung 6's persistent grid) in a model of the block dispatcher; writes doc/results/schedule_model{,_persistent}.md and their blocks in the pages of backward rungs 9 and 6
 schedule-model: build/attention_runner
 	./dev/attention/runner schedule --out doc/results
 	bash scripts/readme_table.sh doc/results/schedule_model.md schedule-model doc/attention/backward/9_heaviest_first.md
+	bash scripts/readme_table.sh doc/results/schedule_model_persistent.md schedule-model doc/attention/backward/6_warp_specialized.md
 .PHONY: schedule-model
 
 # memory-wall: measure this card's memory hierarchy (HBM, L2, shared memory, tensor-core and fp32 peaks) and place naive and flash attention on its roofline, bytes from Nsight Compute when ncu is installed; writes doc/results/memory_wall.{md,csv} and the block in doc/memory_wall.md

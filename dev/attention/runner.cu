@@ -9,8 +9,8 @@
 //   ./dev/attention/runner bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] [--rungs 1,4,7] [--seed S]
 //   ./dev/attention/runner bwd V|all [B NH T HS] [--seed S]   (the backward ladder: RUNGS_BWD below, validated
 //                                                          and timed by dev/attention/backward/runner_bwd.cuh)
-//   ./dev/attention/runner schedule [--sms N] [--out DIR]  (no GPU: the backward's grid orders in a model,
-//                                                          dev/attention/schedule_model.h)
+//   ./dev/attention/runner schedule [B NH T HS] [--sms N] [--out DIR]   (no GPU: the backward's grid orders in
+//                                                          a model, dev/attention/schedule_model.h)
 #define EIGEN_NO_CUDA  // the oracle is host code: keep Eigen's own CUDA support out of this .cu file
 #include <algorithm>
 #include <cstdlib>
@@ -409,6 +409,6 @@ int main(int argc, char** argv) {
         if (argc >= 2 && !strcmp(argv[1], "bwd")) return bwd_runner::cmd_bwd(argc - 1, argv + 1, RUNGS_BWD);
         if (argc >= 2 && !strcmp(argv[1], "schedule")) return schedule_model::cmd_schedule(argc - 1, argv + 1);
         fail("usage: runner --list | fwd V [B NH T HS] [--seed S] | bench [--pass fwd|bwd] [--anchors FILE] [--out DIR] "
-             "[--rungs 1,4,7] [--seed S] | bwd V|all [B NH T HS] [--seed S] | schedule [--sms N] [--out DIR]");
+             "[--rungs 1,4,7] [--seed S] | bwd V|all [B NH T HS] [--seed S] | schedule [B NH T HS] [--sms N] [--out DIR]");
     });
 }
