@@ -60,8 +60,8 @@ inline Orders orders(int BH, int n, int T, int HS) {
 
 // Rung 6's persistent grid: G blocks (one per SM) run their items back to back. An item is a key tile of 128 keys
 // of one head, weighing the 64-query tiles that see it + 1, listed heaviest first (schedule.h, sections of
-// l2_section_heads). Round robin (rung 6): block b takes items b, b + G, b + 2G, ...; a counter (the forward's
-// scheduler): the block that frees first takes the next item. Each as a multiple of an even share.
+// l2_section_heads). Round robin (rung 6's first version): block b takes items b, b + G, b + 2G, ...; a counter
+// (rung 6 now, as the forward's scheduler): the block that frees first takes the next item. Each as a multiple of an even share.
 struct Persistent {
     int items, blocks;
     double round_robin, counter;
@@ -125,7 +125,7 @@ inline int cmd_schedule(int argc, char** argv) {  // argv[0] = "schedule"
                       "runs its items back to back at the same speed): the last block's end, as a multiple of an even "
                       "share; " + std::to_string(sms) + " SMs.  \nWritten " + flashgpt2::utc_timestamp() +
                       " by `./dev/attention/runner schedule` (make schedule-model).\n\n"
-                      "| shape | items | blocks | round robin (rung 6) | from a counter |\n|---|--:|--:|--:|--:|\n";
+                      "| shape | items | blocks | round robin (rung 6's first version) | from a counter (rung 6) |\n|---|--:|--:|--:|--:|\n";
     for (const Shape& s : shapes) {
         const Persistent r = persistent(s, sms);
         char row[256];
