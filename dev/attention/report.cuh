@@ -152,7 +152,7 @@ std::string markdown(const Report<R>& rep) {
     out += rep.pass->backward
                ? "\nEach rung was validated against the CPU oracle (llmc/ref, double) on the same fresh inputs before timing "
                  "(every rung stores bf16, so all are judged by the bf16 rule: max error ≤ 2× rung 1's + half an ulp, plus "
-                 "what a flash rung inherits from the bf16 O on whole-head shapes), and run twice for the same bits; "
+                 "what a flash rung inherits from the bf16 O), and run twice for the same bits; "
                  "checked per shape:"
                : "\nEach rung was validated against the CPU oracle (llmc/ref, double) on the same fresh inputs before timing "
                  "(fp32: relative error ≤ 1e-5; bf16: max error ≤ 2× the naive bf16 rung's + half an ulp); checked per shape:";

@@ -41,8 +41,9 @@
 //   * at head size 128 both kernels hold 2 blocks per SM (96 KB of tiles each), so the dK/dV kernel may use
 //     255 registers: dK and dV take 128 of them.
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
-// beat this one: dev/attention/backward/6_warp_specialized.cuh. The grids come in two orders (GridOrder): the
-// trainer's, head by head, and dev rung 9's, every head's heaviest blocks first.
+// beat this one: dev/attention/backward/6_warp_specialized.cuh. The grids come in two orders (GridOrder): head by
+// head (dev rung 5) and every head's heaviest blocks first (dev rung 9); the engine takes the second where the
+// dK/dV grid is short (attention_backward_flash_wgmma_order).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -71,8 +72,8 @@ constexpr int fbh_dq_blocks_per_sm(int HS) { return HS == 64 ? 4 : 2; }
 constexpr int fbh_dkdv_blocks_per_sm(int HS) { return HS == 64 ? 3 : 2; }
 
 // The order of the two kernels' grids. head_major: grid (tiles, B·NH), one head's tiles after another, each
-// head's heaviest tile first (the trainer's engine). heaviest_first: a 1-D grid of tiles·B·NH blocks in
-// schedule.h's order, balanced L2 sections (dev rung 9: the same kernels, another order).
+// head's heaviest tile first (dev rung 5). heaviest_first: a 1-D grid of tiles·B·NH blocks in schedule.h's
+// order, balanced L2 sections (dev rung 9). Same blocks, same bits.
 enum class GridOrder { head_major, heaviest_first };
 
 namespace wgmma_backward {
@@ -443,14 +444,37 @@ inline void attention_backward_flash_wgmma_check(const char* who, const bf16_t* 
     if (B * NH > 65535) fail("%s: B*NH = %d exceeds the dQ grid's y limit 65535", who, B * NH);
 }
 
+// The engine's grid order: heaviest first where the dK/dV grid is short, under 16 waves of blocks (a wave: the
+// blocks all SMs hold at once), since there one heavy block is a large part of what a place runs; head by head
+// where it is longer, as there the two orders measured alike (rung 9's page has the measurements).
+inline GridOrder attention_backward_flash_wgmma_order(int B, int T, int NH, int HS) {
+    static int num_sms = 0;
+    if (!num_sms) {  // the SM count, asked once
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const long long blocks = (long long)ceil_div(T, 64) * B * NH, wave = (long long)fbh_dkdv_blocks_per_sm(HS) * num_sms;
+    return blocks < 16 * wave ? GridOrder::heaviest_first : GridOrder::head_major;
+}
+
+// The two kernels in grid order O, after the checks.
+template <GridOrder O>
+void attention_backward_flash_wgmma_in(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv, const bf16_t* out,
+                                       const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
+    attention_backward_flash_wgmma_dq<O>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    attention_backward_flash_wgmma_dkdv<O>(dqkv, D, dout, qkv, B, T, NH, HS, stream);
+}
+
 // The same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and
-// lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
+// lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats. Either order gives the same bits.
 inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
-    attention_backward_flash_wgmma_dkdv(dqkv, D, dout, qkv, B, T, NH, HS, stream);
+    if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first)
+        attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    else attention_backward_flash_wgmma_in<GridOrder::head_major>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 }
 
 }  // namespace flashgpt2

@@ -6,8 +6,8 @@
 // just over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
 // behind the other two), then the backward runs again and must give the same bits (no atomics). Every engine
 // is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps); the wgmma
-// engine's kernels run in their other grid order too (heaviest first across heads, dev rung 9), which must
-// give the engine's own bits.
+// engine's kernels run in both grid orders too (head by head, and heaviest first across heads: the engine
+// picks one by the grid's length), which must each give the engine's own bits.
 #include <functional>
 #include <utility>
 
@@ -99,13 +99,17 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
                 kernels.push_back({tag + " (mma.sync, dK/dV block of " + std::to_string(w) + " warps)", [&, D, w] {
                     attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
                 }});
-        const std::string heaviest_first = tag + " (wgmma, grid heaviest first)";
-        if (attention_backward_flash_wgmma_supports(C / NH))
-            kernels.push_back({heaviest_first, [&, D] {
-                constexpr GridOrder O = GridOrder::heaviest_first;
-                attention_backward_flash_wgmma_dq<O>(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0);
-                attention_backward_flash_wgmma_dkdv<O>(d_dqkv, D, d_dout, d_qkv, B, T, NH, C / NH, 0);
+        const std::string head_major = tag + " (wgmma, grid head by head)", heaviest_first = tag + " (wgmma, grid heaviest first)";
+        if (attention_backward_flash_wgmma_supports(C / NH)) {
+            kernels.push_back({head_major, [&, D] {
+                attention_backward_flash_wgmma_in<GridOrder::head_major>(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH,
+                                                                         C / NH, 0);
             }});
+            kernels.push_back({heaviest_first, [&, D] {
+                attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T,
+                                                                             NH, C / NH, 0);
+            }});
+        }
 #endif
         std::vector<unsigned char> wgmma_bits;  // the wgmma engine's, for its other grid order to match
         for (const auto& named : kernels) {
@@ -133,7 +137,7 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
             CHECK_MESSAGE(first == bytes(d_dqkv), "attention backward (flash) is not deterministic: " << name);
             if (name == tag + " [flash:wgmma]") wgmma_bits = first;
 #if !defined(ENABLE_FP32)
-            if (name == heaviest_first) {  // the same blocks' work in another order: the same bits
+            if (name == head_major || name == heaviest_first) {  // the same blocks' work in either order: the same bits
                 REQUIRE_MESSAGE(!wgmma_bits.empty(), "the wgmma engine ran before its other grid order");
                 CHECK_MESSAGE(first == wgmma_bits, "the wgmma backward's grid orders give different bits: " << name);
             }

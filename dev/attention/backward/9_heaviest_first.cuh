@@ -12,7 +12,9 @@
 // heads whose re-read tiles (Q and dO for dK/dV, K and V for dQ) fit in L2 together, the last section not a
 // short one (balanced_section_heads). Each block does exactly rung 5's work in rung 5's order: the same bits
 // (the runner checks it).
-// What is still slow: whatever rung 5's kernels themselves cost (its page); the order removes the tail only.
+// What is still slow: whatever rung 5's kernels themselves cost (its page); the order removes the tail only, and
+// where a grid is many waves long it measured slower than rung 5's (its page), so the trainer's engine takes this
+// order only where the dK/dV grid is under 16 waves (attention_backward_flash_wgmma_order).
 // Measured: the "Measured" block of doc/attention/backward/9_heaviest_first.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 9
 #pragma once
@@ -29,9 +31,6 @@ inline void attention_backward_heaviest_first(const AttnBwdParams& p) {
     using namespace flashgpt2;
     attention_backward_flash_wgmma_check("attention_backward_heaviest_first", p.dqkv, p.dout, p.qkv, p.out, p.B, p.NH,
                                          p.HS);
-    float* D = static_cast<float*>(p.workspace);
-    attention_backward_flash_wgmma_dq<GridOrder::heaviest_first>(p.dqkv, D, p.dout, p.qkv, p.out, p.lse, p.B, p.T,
-                                                                 p.NH, p.HS, p.stream);
-    attention_backward_flash_wgmma_dkdv<GridOrder::heaviest_first>(p.dqkv, D, p.dout, p.qkv, p.B, p.T, p.NH, p.HS,
-                                                                   p.stream);
+    attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(p.dqkv, static_cast<float*>(p.workspace), p.dout, p.qkv,
+                                                                 p.out, p.lse, p.B, p.T, p.NH, p.HS, p.stream);
 }

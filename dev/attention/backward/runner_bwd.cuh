@@ -102,6 +102,66 @@ inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const
     o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
 }
 
+// The same allowance where the oracle checks sampled rows and keys (long T): dD_i = dO_i · (o_used_i - O_i) needs
+// O_i of every row of the checked heads, computed here in double (one online-softmax pass over the keys, T² · HS
+// per head, as the sampled oracle's own D); then dQ moves at the sampled rows and dK at the sampled keys as above.
+inline void sampled_o_err(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                          const std::vector<float>& o_used, const std::vector<int>& heads, const std::vector<int>& rows,
+                          const std::vector<int>& keys, double (&o_err)[3]) {
+    const int T = s.T, HS = s.HS, C = s.NH * HS;
+    const double scale = 1.0 / std::sqrt((double)HS);
+    o_err[0] = o_err[1] = o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
+    for (int bh : heads) {
+        const int b = bh / s.NH, h = bh % s.NH;
+        const auto x = [&](int t, int w) { return &qkv[(((size_t)b * T + t) * 3 + w) * C + (size_t)h * HS]; };
+        const auto row = [&](const std::vector<float>& v, int t) { return &v[((size_t)b * T + t) * C + (size_t)h * HS]; };
+        const auto dot = [&](const float* a, const float* c) {
+            double r = 0;
+            for (int d = 0; d < HS; d++) r += (double)a[d] * (double)c[d];
+            return r;
+        };
+        std::vector<double> lse(T), dD(T);
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int i = 0; i < T; i++) {
+            double m = -INFINITY, l = 0.0;
+            std::vector<double> o(HS, 0.0);  // sum_j exp(s_ij - m) V_j
+            for (int j = 0; j <= i; j++) {
+                const double sij = scale * dot(x(i, 0), x(j, 1));
+                if (sij > m) {  // the max grew: rescale what was summed
+                    const double r = std::exp(m - sij);
+                    l *= r;
+                    for (double& v : o) v *= r;
+                    m = sij;
+                }
+                const double p = std::exp(sij - m);
+                l += p;
+                for (int d = 0; d < HS; d++) o[d] += p * x(j, 2)[d];
+            }
+            lse[i] = m + std::log(l);
+            double dd = 0.0;
+            for (int d = 0; d < HS; d++) dd += (double)row(dout, i)[d] * ((double)row(o_used, i)[d] - o[d] / l);
+            dD[i] = dd;
+        }
+        const auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
+        for (int i : rows) {  // dQ_i moves by -scale dD_i sum_j P_ij K_j
+            std::vector<double> pk(HS, 0.0);
+            for (int j = 0; j <= i; j++) {
+                const double p = P(i, j);
+                for (int d = 0; d < HS; d++) pk[d] += p * x(j, 1)[d];
+            }
+            for (int d = 0; d < HS; d++) o_err[0] = std::max(o_err[0], std::abs(scale * dD[i] * pk[d]));
+        }
+        for (int j : keys) {  // dK_j moves by -scale sum_i P_ij dD_i Q_i
+            std::vector<double> acc(HS, 0.0);
+            for (int i = j; i < T; i++) {
+                const double w = P(i, j) * dD[i];
+                for (int d = 0; d < HS; d++) acc[d] += w * x(i, 0)[d];
+            }
+            for (int d = 0; d < HS; d++) o_err[1] = std::max(o_err[1], std::abs(scale * acc[d]));
+        }
+    }
+}
+
 // dqkv (B, T, 3, NH, HS) bf16 on the device -> dq, dk, dv as float in (B, NH, T, HS) order.
 inline void download_grads(const Shape& s, const void* dqkv, std::vector<float> (&g)[3]) {
     const int C = s.NH * s.HS;
@@ -163,6 +223,13 @@ struct Problem {
         attention_forward_flash((floatX*)out->p, (float*)lse->p, (const floatX*)qkv->p, s.B, s.T, C, s.NH, AttnEngine::best, stream);
         cudaCheck(cudaStreamSynchronize(stream));
 
+        const auto o_used = [&] {  // the flash forward's stored bf16 O, which the flash backwards form D from
+            std::vector<uint16_t> bits(btc);
+            cudaCheck(cudaMemcpy(bits.data(), out->p, btc * 2, cudaMemcpyDeviceToHost));
+            std::vector<float> o(btc);
+            for (size_t e = 0; e < btc; e++) o[e] = harness::bf16_to_float(bits[e]);
+            return o;
+        };
         if (sampled) {
             rows = {0, 1, 63, 64, 127, 128, s.T / 2, s.T - 2, s.T - 1};
             for (int k = 0; k < 24; k++) rows.push_back((int)(rng() % (uint64_t)s.T));
@@ -170,12 +237,9 @@ struct Problem {
             const ref::SampledAttention a = ref::attention_sampled(h_qkv.data(), h_dout.data(), s.T, C, s.NH, heads, rows, keys);
             ref[0] = a.dq, ref[1] = a.dk, ref[2] = a.dv;
             for (int w = 0; w < 3; w++) ranges[w] = {{0, ref[w].size()}};
+            sampled_o_err(s, h_qkv, h_dout, o_used(), heads, rows, keys, o_err);
         } else {
-            std::vector<uint16_t> bits(btc);
-            cudaCheck(cudaMemcpy(bits.data(), out->p, btc * 2, cudaMemcpyDeviceToHost));
-            std::vector<float> o_used(btc);
-            for (size_t e = 0; e < btc; e++) o_used[e] = harness::bf16_to_float(bits[e]);
-            oracle_backward(s, h_qkv, h_dout, o_used, heads, ref, o_err);
+            oracle_backward(s, h_qkv, h_dout, o_used(), heads, ref, o_err);
             for (int w = 0; w < 3; w++)
                 for (int bh : heads) ranges[w].push_back({(size_t)bh * s.T * s.HS, (size_t)(bh + 1) * s.T * s.HS});
             for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
