@@ -49,3 +49,14 @@ void allow_shared_memory(Kernel kernel, size_t bytes) {
 
 template <class T>
 __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+// The current device's SM count, asked once per process (persistent grids and grid-length rules size by it).
+inline int sm_count() {
+    static const int n = [] {
+        int dev = 0, sms = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        return sms;
+    }();
+    return n;
+}

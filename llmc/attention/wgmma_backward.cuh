@@ -448,13 +448,7 @@ inline void attention_backward_flash_wgmma_check(const char* who, const bf16_t* 
 // blocks all SMs hold at once), since there one heavy block is a large part of what a place runs; head by head
 // where it is longer, as there the two orders measured alike (rung 9's page has the measurements).
 inline GridOrder attention_backward_flash_wgmma_order(int B, int T, int NH, int HS) {
-    static int num_sms = 0;
-    if (!num_sms) {  // the SM count, asked once
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    const long long blocks = (long long)ceil_div(T, 64) * B * NH, wave = (long long)fbh_dkdv_blocks_per_sm(HS) * num_sms;
+    const long long blocks = (long long)ceil_div(T, 64) * B * NH, wave = (long long)fbh_dkdv_blocks_per_sm(HS) * sm_count();
     return blocks < 16 * wave ? GridOrder::heaviest_first : GridOrder::head_major;
 }
 

@@ -94,12 +94,7 @@ void launch(const WgmmaAttentionParams& p) {
     void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Problem) = nullptr;
     if constexpr (L == HopperLoop::pingpong) kernel = attention_forward_flash_wgmma_pingpong_kernel<C>;
     else kernel = attention_forward_flash_wgmma_overlap_kernel<C>;  // (only the chosen loop is instantiated)
-    static int num_sms = 0;
-    if (!num_sms) {  // the SM count, asked once
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-    }
+    const int num_sms = sm_count();
     allow_shared_memory(kernel, C::SMEM);
     const int BH = p.B * p.NH, total = ceil_div(p.T, C::BR) * BH;
     const HeadStrides& s = p.in;

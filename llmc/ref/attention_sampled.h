@@ -13,6 +13,7 @@ namespace flashgpt2::ref {
 
 struct SampledAttention {
     std::vector<double> o, lse, dq, dk, dv;  // [head][sample][d] (lse: [head][sample]), heads and samples in order
+    std::vector<double> lse_all, D_all;      // [head][t]: every row's lse_i and D_i = dO_i · O_i
 };
 
 // heads: b·NH + h of the heads to check; rows: the query rows whose o, lse and dq are wanted; keys: the key rows
@@ -46,6 +47,8 @@ SampledAttention attention_sampled(const In* qkv, const In* dout, int T, int C, 
             lse[i] = m + std::log(l);
             D[i] = dd / l;
         }
+        r.lse_all.insert(r.lse_all.end(), lse.begin(), lse.end());
+        r.D_all.insert(r.D_all.end(), D.begin(), D.end());
         auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
         for (int i : rows) {
             std::vector<double> o(HS, 0.0), dq(HS, 0.0);

@@ -218,12 +218,7 @@ inline void attention_backward_flash_hopper_ws(floatX* dqkv, float* D, const flo
     const CUtensorMap mk = hp::make_strided_head_map(qkv + C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
     const CUtensorMap mv = hp::make_strided_head_map(qkv + 2 * C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
     const CUtensorMap mdo = hp::make_strided_head_map(dout, B, NH, T, HS, T * C, HS, C, FB_BR);
-    static int num_sms = 0;
-    if (!num_sms) {  // the SM count, asked once
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-    }
+    const int num_sms = sm_count();
     const int BH = B * NH, total = ceil_div(T, FbhWs<64>::BC) * BH;  // (Bc is 128 at both head sizes)
     const int section_heads = l2_section_heads(T, HS);  // heads whose Q and dO fit in L2 together
     const auto kernel = HS == 64 ? attention_backward_dkdv_ws_kernel<64> : attention_backward_dkdv_ws_kernel<128>;

@@ -102,46 +102,27 @@ inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const
     o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
 }
 
-// The same allowance where the oracle checks sampled rows and keys (long T): dD_i = dO_i · (o_used_i - O_i) needs
-// O_i of every row of the checked heads, computed here in double (one online-softmax pass over the keys, T² · HS
-// per head, as the sampled oracle's own D); then dQ moves at the sampled rows and dK at the sampled keys as above.
+// The same allowance where the oracle checks sampled rows and keys (long T). The sampled oracle has every row's
+// exact lse_i and D_i = dO_i · O_i of the checked heads, so dD_i = dO_i · o_used_i - D_i; then dQ moves at the
+// sampled rows and dK at the sampled keys as above.
 inline void sampled_o_err(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
                           const std::vector<float>& o_used, const std::vector<int>& heads, const std::vector<int>& rows,
-                          const std::vector<int>& keys, double (&o_err)[3]) {
+                          const std::vector<int>& keys, const ref::SampledAttention& a, double (&o_err)[3]) {
     const int T = s.T, HS = s.HS, C = s.NH * HS;
     const double scale = 1.0 / std::sqrt((double)HS);
     o_err[0] = o_err[1] = o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
-    for (int bh : heads) {
-        const int b = bh / s.NH, h = bh % s.NH;
+    for (size_t hh = 0; hh < heads.size(); hh++) {
+        const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
+        const double* lse = a.lse_all.data() + hh * T;
         const auto x = [&](int t, int w) { return &qkv[(((size_t)b * T + t) * 3 + w) * C + (size_t)h * HS]; };
         const auto row = [&](const std::vector<float>& v, int t) { return &v[((size_t)b * T + t) * C + (size_t)h * HS]; };
-        const auto dot = [&](const float* a, const float* c) {
+        const auto dot = [&](const float* p, const float* q) {
             double r = 0;
-            for (int d = 0; d < HS; d++) r += (double)a[d] * (double)c[d];
+            for (int d = 0; d < HS; d++) r += (double)p[d] * (double)q[d];
             return r;
         };
-        std::vector<double> lse(T), dD(T);
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int i = 0; i < T; i++) {
-            double m = -INFINITY, l = 0.0;
-            std::vector<double> o(HS, 0.0);  // sum_j exp(s_ij - m) V_j
-            for (int j = 0; j <= i; j++) {
-                const double sij = scale * dot(x(i, 0), x(j, 1));
-                if (sij > m) {  // the max grew: rescale what was summed
-                    const double r = std::exp(m - sij);
-                    l *= r;
-                    for (double& v : o) v *= r;
-                    m = sij;
-                }
-                const double p = std::exp(sij - m);
-                l += p;
-                for (int d = 0; d < HS; d++) o[d] += p * x(j, 2)[d];
-            }
-            lse[i] = m + std::log(l);
-            double dd = 0.0;
-            for (int d = 0; d < HS; d++) dd += (double)row(dout, i)[d] * ((double)row(o_used, i)[d] - o[d] / l);
-            dD[i] = dd;
-        }
+        std::vector<double> dD(T);
+        for (int i = 0; i < T; i++) dD[i] = dot(row(dout, i), row(o_used, i)) - a.D_all[hh * T + i];
         const auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
         for (int i : rows) {  // dQ_i moves by -scale dD_i sum_j P_ij K_j
             std::vector<double> pk(HS, 0.0);
@@ -237,7 +218,7 @@ struct Problem {
             const ref::SampledAttention a = ref::attention_sampled(h_qkv.data(), h_dout.data(), s.T, C, s.NH, heads, rows, keys);
             ref[0] = a.dq, ref[1] = a.dk, ref[2] = a.dv;
             for (int w = 0; w < 3; w++) ranges[w] = {{0, ref[w].size()}};
-            sampled_o_err(s, h_qkv, h_dout, o_used(), heads, rows, keys, o_err);
+            sampled_o_err(s, h_qkv, h_dout, o_used(), heads, rows, keys, a, o_err);
         } else {
             oracle_backward(s, h_qkv, h_dout, o_used(), heads, ref, o_err);
             for (int w = 0; w < 3; w++)
