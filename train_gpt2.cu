@@ -220,6 +220,7 @@ inline RunRecord run_record(const TrainOptions& o, const GPT2Config& cfg, const 
     RunRecord r;
     r.set("trainer", std::string("train_gpt2cu (GPU, ") + PRECISION_NAME + ")");
     r.set("kernels", o.kernels.str());
+    if (o.matmul_algos != "heuristic") r.set("matmul_algos", o.matmul_algos);  // absent: older records match
     if (o.recompute) r.set("recompute", (long long)o.recompute);  // absent at -r 0: the records of older runs match
     r.set("model", config_str(cfg));
     char init[160];
@@ -318,6 +319,12 @@ inline TrainResult train(const TrainOptions& o) {
     } else {
         model.set_params(initial_params(o, cfg));
     }
+    const std::string matmul_line = setup_matmul_algos(o.matmul_algos, o.out_dir, o.resume, dist.world, [&] {
+        const std::vector<int> zeros((size_t)o.B * o.T, 0);  // a batch of token 0, thrown away after
+        model.forward(zeros.data(), zeros.data(), o.B, o.T, true, 1.0f / ((float)o.B * o.T));
+        model.backward();
+        cudaCheck(cudaStreamSynchronize(model.stream));
+    });
     std::optional<Decoder> decoder;
     if (tokenizer) decoder.emplace(model, 1);
     Logger log(dist.is_main() ? (std::filesystem::path(o.out_dir) / "main.log").string() : "", o.resume);
@@ -331,10 +338,11 @@ inline TrainResult train(const TrainOptions& o) {
     snprintf(head, sizeof head, "device: %s (%.1f GiB), precision %s, %s", prop.name, gib(prop.totalGlobalMem),
              PRECISION_NAME, kernels_line.c_str());
     log.log_comment(head);
+    log.log_comment(matmul_line);
     log.log_comment("model: " + config_str(cfg) + ", batch B=" + std::to_string(o.B) + " T=" + std::to_string(o.T) +
                     ", " + std::to_string(tokens_per_step) + " tokens per step");
     if (!quiet) {
-        printf("%s\n", head);
+        printf("%s\n%s\n", head, matmul_line.c_str());
         if (dist.active())
             printf("data parallel: %d GPU(s), NCCL %s, ZeRO-1: %zu optimizer parameters per GPU\n", dist.world,
                    dist.world == 1 ? "1-rank communicator" : "reduce-scatter + all-gather", model.shard_size);

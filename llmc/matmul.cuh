@@ -11,11 +11,17 @@
 // Row-major (N,C) is column-major (C,N): cuBLAS sees out^T (OC,N) = w^T... written below per call.
 // FP32 build: CUBLAS_COMPUTE_32F, true fp32 (no TF32), the exactness reference.
 #pragma once
+#include <algorithm>
 #include <array>
-#include <map>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <set>
 
 #include "llmc/error.h"
+#include "llmc/fileio.h"
 #include "llmc/kernel_common.cuh"
+#include "llmc/matmul_algos.h"
 
 namespace flashgpt2 {
 
@@ -58,6 +64,85 @@ inline uint32_t ptr_alignment(const void* p) {
     return a;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Which algorithm each distinct call takes (`--matmul-algos`; the table's format: llmc/matmul_algos.h).
+// A call met for the first time takes cuBLASLt's heuristic's first algorithm, except while `timing` is on (the
+// trainer's tuning pass: one forward and backward whose results are thrown away): then it runs each of the
+// heuristic's first MATMUL_TUNE_CANDIDATES on its own operands, MATMUL_TUNE_RUNS times after a warm-up, and
+// keeps the one with the lowest median. Either way the choice is kept in the table, and a call found in the
+// table (also one loaded from a file) takes the table's algorithm. Timing runs only in that pass because a call
+// with beta != 0 adds into D, and the pass's D are overwritten afterwards.
+constexpr int MATMUL_TUNE_CANDIDATES = 8, MATMUL_TUNE_RUNS = 5;
+
+struct MatmulAlgos {
+    bool timing = false;
+    MatmulAlgoTable table;
+    std::set<MatmulKey> checked;  // loaded entries that cublasLtMatmulAlgoCheck has accepted for their call
+    int force_pick = -1;          // the GPU test: while timing, take this candidate instead of the fastest
+};
+inline MatmulAlgos& matmul_algos() {
+    static MatmulAlgos m;
+    return m;
+}
+
+// The card and library a table is valid for: "<name> | <SMs> SMs | cuBLASLt <version>".
+inline std::string matmul_algos_device() {
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaDeviceProp p;
+    cudaCheck(cudaGetDeviceProperties(&p, dev));
+    return std::string(p.name) + " | " + std::to_string(p.multiProcessorCount) + " SMs | cuBLASLt " +
+           std::to_string(cublasLtGetVersion());
+}
+
+// Replaces the table by the one in `path`, which must have been made on this card with this cuBLASLt.
+inline void load_matmul_algos(const std::string& path) {
+    MatmulAlgoTable t = parse_matmul_algos(read_file(path), path);
+    const std::string here = matmul_algos_device();
+    if (t.device != here)
+        fail("%s: made on '%s', this is '%s': its algorithms may not run or be the fastest here (start a run with "
+             "--matmul-algos tune to make a table for this card)", path.c_str(), t.device.c_str(), here.c_str());
+    matmul_algos().table = std::move(t);
+    matmul_algos().checked.clear();
+}
+
+inline void save_matmul_algos(const std::string& path) {
+    MatmulAlgoTable& t = matmul_algos().table;
+    t.device = matmul_algos_device();
+    write_file_atomic(path, format_matmul_algos(t));
+}
+
+// The trainer's --matmul-algos MODE for the run in `dir`: "heuristic" (every call takes the heuristic's first);
+// a table file; or "tune": `pass` (one forward and backward whose activations and gradients step 1 overwrites)
+// runs with every new call timed, and the choices go to dir/matmul_algos.txt, which a resume reads back.
+// Returns the run header's line.
+inline std::string setup_matmul_algos(const std::string& mode, const std::string& dir, bool resume, int world,
+                                      const std::function<void()>& pass) {
+    MatmulAlgos& ma = matmul_algos();
+    ma = MatmulAlgos{};  // nothing an earlier run in this process (the tests) chose stays behind
+    const std::string mine = (std::filesystem::path(dir) / "matmul_algos.txt").string();
+    if (mode == "heuristic") return "matmul algorithms: cuBLASLt's heuristic's first";
+    if (mode != "tune" || resume) {
+        const std::string& file = mode != "tune" ? mode : mine;
+        if (!std::filesystem::exists(file))
+            fail("--matmul-algos: %s does not exist%s", file.c_str(),
+                 mode != "tune" ? "" : " (this run tuned its matmuls, and a resume takes the algorithms it chose)");
+        load_matmul_algos(file);
+        return "matmul algorithms: " + std::to_string(ma.table.calls.size()) + " calls from " + file;
+    }
+    if (world > 1)
+        fail("--matmul-algos tune: with --num-gpus %d each GPU would time its own; tune on one GPU and pass its "
+             "DIR/matmul_algos.txt", world);
+    ma.timing = true;
+    pass();
+    ma.timing = false;
+    save_matmul_algos(mine);
+    int other = 0;
+    for (const auto& call : ma.table.calls) other += call.second.pick != 0;
+    return "matmul algorithms: tuned, " + std::to_string(other) + " of " + std::to_string(ma.table.calls.size()) +
+           " calls faster off the heuristic's first; saved to " + mine;
+}
+
 // Column-major D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * D, then the epilogue (bias of length m, GELU with
 // aux (m,n) ld ldaux, or DGELU reading aux). All matrices floatX, accumulation fp32.
 inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a,
@@ -81,14 +166,20 @@ inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, 
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUDA_FLOATX, m, n, ldd));
 
-    // The heuristic is asked once per distinct call (shape, transposes, epilogue, alignments) and its answer
-    // kept: the query costs host time on every launch, and a training step makes ~150 of these calls.
+    // The heuristic is asked once per distinct call (shape, transposes, epilogue, alignments) and the answer kept
+    // in the table: the query costs host time on every launch, and a training step makes ~150 of these calls.
     const uint32_t al_a = ptr_alignment(a), al_b = ptr_alignment(b), al_d = ptr_alignment(d);
-    const std::array<int64_t, 12> key = {m, n, k, trans_a, trans_b, lda, ldb, ldd, (int64_t)epilogue,
-                                         aux ? ldaux : -1, (int64_t)al_a << 32 | al_b, al_d};
-    static std::map<std::array<int64_t, 12>, cublasLtMatmulAlgo_t> algos;  // (the epilogue says if there is a bias)
-    auto it = algos.find(key);
-    if (it == algos.end()) {
+    const MatmulKey key = {m, n, k, trans_a, trans_b, lda, ldb, ldd, (int64_t)epilogue, aux ? ldaux : -1,
+                           (int64_t)al_a << 32 | al_b, al_d};  // (the epilogue says if there is a bias)
+    const float alpha = 1.0f;
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(bl.lt, op, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo, bl.workspace,
+                              BLAS_WORKSPACE_BYTES, stream);
+    };
+    static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(MatmulChoice::algo), "the table keeps the algorithm's bytes");
+    MatmulAlgos& ma = matmul_algos();
+    auto it = ma.table.calls.find(key);
+    if (it == ma.table.calls.end()) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         uint64_t wsb = BLAS_WORKSPACE_BYTES;
@@ -97,17 +188,51 @@ inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, 
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-        cublasLtMatmulHeuristicResult_t heur;
+        cublasLtMatmulHeuristicResult_t heur[MATMUL_TUNE_CANDIDATES];
         int found = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(bl.lt, op, la, lb, ld_, ld_, pref, 1, &heur, &found));
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(bl.lt, op, la, lb, ld_, ld_, pref, ma.timing ? MATMUL_TUNE_CANDIDATES : 1,
+                                                   heur, &found));
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         if (found == 0)
             fail("matmul_flash: cuBLASLt has no algorithm for m=%d n=%d k=%d (epilogue %d)", m, n, k, (int)epilogue);
-        it = algos.emplace(key, heur.algo).first;
+        MatmulChoice c;
+        c.candidates = found;
+        if (ma.timing) {  // each candidate: a warm-up, then MATMUL_TUNE_RUNS timed runs; the lowest median wins
+            cudaEvent_t ev[MATMUL_TUNE_RUNS + 1];
+            for (cudaEvent_t& e : ev) cudaCheck(cudaEventCreate(&e));
+            float best = INFINITY;
+            for (int i = 0; i < found; i++) {
+                if (run(heur[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // offered but refused: not a candidate
+                cudaCheck(cudaEventRecord(ev[0], stream));
+                for (int r = 0; r < MATMUL_TUNE_RUNS; r++) {
+                    cublasCheck(run(heur[i].algo));
+                    cudaCheck(cudaEventRecord(ev[r + 1], stream));
+                }
+                cudaCheck(cudaEventSynchronize(ev[MATMUL_TUNE_RUNS]));
+                float t[MATMUL_TUNE_RUNS];
+                for (int r = 0; r < MATMUL_TUNE_RUNS; r++) cudaCheck(cudaEventElapsedTime(&t[r], ev[r], ev[r + 1]));
+                std::sort(t, t + MATMUL_TUNE_RUNS);
+                if (t[MATMUL_TUNE_RUNS / 2] < best) best = t[MATMUL_TUNE_RUNS / 2], c.pick = i;
+            }
+            for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
+            if (best == INFINITY) fail("matmul_flash: no candidate algorithm ran for m=%d n=%d k=%d", m, n, k);
+            c.us = best * 1000.0f;
+            if (ma.force_pick >= 0 && ma.force_pick < found) c.pick = ma.force_pick;
+        }
+        memcpy(c.algo.data(), &heur[c.pick].algo, sizeof(cublasLtMatmulAlgo_t));
+        it = ma.table.calls.emplace(key, c).first;
+        ma.checked.insert(key);
     }
-    const float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(bl.lt, op, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &it->second, bl.workspace,
-                               BLAS_WORKSPACE_BYTES, stream));
+    cublasLtMatmulAlgo_t algo;
+    memcpy(&algo, it->second.algo.data(), sizeof algo);
+    if (!ma.checked.count(key)) {  // from a loaded table: it must run this call as it is described here
+        cublasLtMatmulHeuristicResult_t check;
+        if (cublasLtMatmulAlgoCheck(bl.lt, op, la, lb, ld_, ld_, &algo, &check) != CUBLAS_STATUS_SUCCESS)
+            fail("matmul algorithm table: its algorithm for m=%d n=%d k=%d (epilogue %d) does not run this call",
+                 m, n, k, (int)epilogue);
+        ma.checked.insert(key);
+    }
+    cublasCheck(run(algo));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld_));

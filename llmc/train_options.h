@@ -50,6 +50,7 @@ struct TrainOptions {
     float spike_z = 0.0f;          // skip an update whose loss z-score exceeds this (llmc/guard.h); 0 = never
     unsigned long long seed = 42;  // model init and data order (as llm.c draws them), sampling
     KernelSet kernels = KernelSet::all(Variant::flash);
+    std::string matmul_algos = "heuristic";  // heuristic | tune | a table file (llmc/matmul.cuh)
     bool list_kernels = false;
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
     bool sample = false;           // text from the -e checkpoint, no training (make sample)
@@ -116,6 +117,9 @@ inline void print_help(FILE* f) {
             "  --attention flash:wgmma|flash:mma|flash:fp32\n"
             "                 the flash attention's engine (plain flash: the best one this card and head size run;\n"
             "                 the step header names the engines that ran; one that cannot run is an error)\n"
+            "  --matmul-algos heuristic|tune|FILE  which cuBLASLt algorithm each matmul takes: the heuristic's first;\n"
+            "                 tune: the fastest of its first 8, timed once before step 1 and saved to DIR/matmul_algos.txt\n"
+            "                 (a resume reads it back); FILE: such a table (the same algorithms: the same bits) [heuristic]\n"
             "  --list-kernels print each layer's naive and flash kernel and exit\n"
             "  --profile-steps N  time every op of the last N steps by layer (CUDA events): a table on stdout and in\n"
             "                 DIR/profile.md (those steps are left out of the mean step time)\n"
@@ -197,6 +201,7 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "--num-gpus") o.num_gpus = (int)args::parse_int(f, v, 1, 1024);
         else if (a == "--rank") o.rank = (int)args::parse_int(f, v, 0, 1023);
         else if (a == "--init-file") o.init_file = v;
+        else if (a == "--matmul-algos") o.matmul_algos = v;
         else if (a == "--kernels") o.kernels = KernelSet::all(parse_variant(v, "--kernels"));
         else if (a.size() > 2 && a[1] == '-' && is_layer_flag(a.substr(2))) o.kernels.set(a.substr(2), v);
         else fail("unknown flag '%s' (see --help)", f);

@@ -7,7 +7,8 @@
 #      acceptance pair trains R1's recipe with B=4 micro-batches: R1's 16,384 tokens per step are 4 of them
 #      (-d 16384). Diagnostic pairs at 4,096 tokens per step (one micro-batch, -d -1), where the trajectory has
 #      a loss spike at step 7 that amplifies any rounding difference (README, doc/results/naive_vs_flash.md);
-#   3. throughput at T=1024, B=16 and B=64: flash, flash with naive attention (llm.c's materialized attention),
+#   3. throughput at T=1024, B=16 and B=64: flash, flash with the matmuls' algorithms timed once before step 1
+#      (--matmul-algos tune), flash with naive attention (llm.c's materialized attention),
 #      and all-naive at B=16 only (a few steps: one-thread-per-output matmuls make it ~100x slower);
 #   4. PyTorch on the same card in the same run (scripts/torch/gpt2_train.py: torch.compile and eager, SDPA), and
 #      the libraries' floor of one step (scripts/torch/step_floor.py), for the side-by-side.
@@ -72,6 +73,8 @@ thr() {  # name B steps kernel-flags...
 : > "$OUT/throughput.txt"
 thr flash 16 30 --kernels flash
 thr flash 64 20 --kernels flash
+thr flash-tuned 16 30 --kernels flash --matmul-algos tune   # each matmul's algorithm timed once (llmc/matmul.cuh)
+thr flash-tuned 64 20 --kernels flash --matmul-algos tune
 thr naive-attention 16 30 --kernels flash --attention naive
 thr naive-attention 64 20 --kernels flash --attention naive
 [[ -n "${WITH_ALL_NAIVE:-}" ]] && thr all-naive 16 3 --kernels naive   # ~30 s; measured 2026-11-29: 1611 tok/s
@@ -97,7 +100,8 @@ fi
   awk -F'|' '{ split($1, a, ":"); name=a[1]; sub(/ B=[0-9]+$/, "", name); b=a[1]; sub(/.*B=/, "", b)
                ms=$2; sub(/^ *mean /, "", ms); sub(/ ms.*/, "", ms); tok=$3; gsub(/[^0-9]/, "", tok)
                mfu=$4; gsub(/ /, "", mfu); sub(/MFU/, "", mfu); mem=$5; sub(/^ *peak GPU memory /, "", mem); sub(/ \(.*/, "", mem)
-               printf "| flashgpt2, %s kernels | %s | %s | %dK | %s | %s |\n", name, b, ms, tok/1000, mfu, mem }' \
+               tuned = sub(/-tuned$/, "", name); label = name " kernels" (tuned ? ", `--matmul-algos tune`" : "")
+               printf "| flashgpt2, %s | %s | %s | %dK | %s | %s |\n", label, b, ms, tok/1000, mfu, mem }' \
       <(grep -E '^[a-z-]+ B=[0-9]+: kernels' "$OUT/throughput.txt")
   if [[ -s "$OUT/torch_gpt2_train.txt" ]]; then
     awk '/^torch .* tok\/s/ { line=$0; sub(/^torch +/, "", line); mode=line; sub(/ .*/, "", mode)

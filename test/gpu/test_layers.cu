@@ -341,9 +341,68 @@ TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
     }
 }
 
+// --matmul-algos: a call's algorithm comes from the table, one loaded from a file included, and a timed pick is
+// as accurate as the heuristic's first. A long reduction (k = 8191) makes cuBLASLt offer split-K candidates,
+// which round differently from its first, so that which algorithm ran shows in the output's bits.
+TEST_CASE("matmul: the algorithm a table names is the one that runs (--matmul-algos)") {
+    const int N = 67, C = 8191, OC = 96;
+    Rng rng(seed_for("matmul algos"));
+    auto inp = random_x((size_t)N * C, rng), w = random_x((size_t)OC * C, rng, 0.02, 0.3);
+    std::vector<double> ref_out((size_t)N * OC);
+    ref::matmul_forward<double>(ref_out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    Dev<floatX> d_inp(inp.size()), d_w(w.size()), d_out(ref_out.size());
+    put(d_inp, inp), put(d_w, w);
+    MatmulAlgos& ma = matmul_algos();
+    auto run = [&] {
+        d_out.poison();
+        matmul_forward(ops(KernelSet{}), d_out, d_inp, d_w, nullptr, N, C, OC);
+        return bytes(d_out);
+    };
+    auto run_pick = [&](int pick) {  // a fresh table, the call timed, candidate `pick` taken
+        ma = MatmulAlgos{};
+        ma.timing = true, ma.force_pick = pick;
+        auto b = run();
+        ma.timing = false, ma.force_pick = -1;
+        return b;
+    };
+    const auto first = run_pick(0);
+    const std::vector<double> out_first = get(d_out);
+    REQUIRE(ma.table.calls.size() == 1);
+    const int candidates = ma.table.calls.begin()->second.candidates;
+    int other = -1;
+    std::vector<unsigned char> other_bits;
+    for (int i = 1; i < candidates && other < 0; i++) {
+        auto b = run_pick(i);
+        if (b != first) other = i, other_bits = b;
+    }
+    REQUIRE_MESSAGE(other > 0, "none of the " << candidates << " candidates rounds differently from the first: "
+                                              "this test could not tell which one ran");
+    check_naive_flash("matmul out, candidate " + std::to_string(other) + " against the heuristic's first", out_first,
+                      get(d_out), ref_out);
+    TempDir dir("algos");
+    const std::string file = dir / "algos.txt";
+    save_matmul_algos(file);  // the table: candidate `other` for this call
+    ma = MatmulAlgos{};
+    CHECK(run() == first);  // no table: the heuristic's first
+    ma = MatmulAlgos{};
+    load_matmul_algos(file);
+    CHECK_MESSAGE(run() == other_bits, "the loaded table's algorithm (candidate " << other << ") did not run");
+    // a table made elsewhere is refused, with one line that says so
+    std::string text = read_file(file);
+    text.replace(text.find("\ndevice ") + 8, 0, "another ");
+    write_file_atomic(file, text);
+    CHECK_THROWS_WITH_AS(load_matmul_algos(file), doctest::Contains("made on 'another "), Error);
+    ma = MatmulAlgos{};
+}
+
 // ---------------------------------------------------------------------------------------------------------
 TEST_CASE("classifier: softmax + cross-entropy + dlogits, naive and flash") {
-    for (const Shape& s : SHAPES) {
+    // besides the layer shapes, two long rows: GPT-2's vocabulary (50,257 of 50,304: each of the 1024 threads
+    // takes several 16-byte chunks, the last one partial) and a longer one (60,001 of 60,008)
+    std::vector<Shape> shapes(std::begin(SHAPES), std::end(SHAPES));
+    shapes.push_back({1, 3, 96, 3, 50257, 50304});
+    shapes.push_back({2, 2, 96, 3, 60001, 60008});
+    for (const Shape& s : shapes) {
         const int B = s.B, T = s.T, N = B * T, V = s.V, Vp = s.Vp;
         const std::string tag = name_of(s) + " V=" + std::to_string(V);
         Rng rng(seed_for("classifier " + tag));

@@ -390,6 +390,25 @@ TEST_CASE("model: save -> reload -> continue is bit-identical") {
     check_resume(o, dir, c.vocab_size);
 }
 
+TEST_CASE("model: --matmul-algos tune: the run saves its choices, a resume takes them and is bit-identical") {
+    TempDir dir("model_algos");
+    const GPT2Config c = small_config();
+    save_checkpoint(dir / "init.bin", c, gpt2_initial_weights(c, 5).data());
+    TrainOptions o;
+    o.init = dir / "init.bin", o.B = 2, o.T = 37, o.matmul_algos = "tune";
+    o = check_resume(o, dir, c.vocab_size);
+    const std::string table = (std::filesystem::path(o.out_dir) / "matmul_algos.txt").string();
+    const MatmulAlgoTable saved = parse_matmul_algos(read_file(table), table);
+    CHECK(saved.calls.size() >= 8);  // the blocks' four matmuls forward and backward, the LM head's
+    for (const auto& [key, choice] : saved.calls) CHECK(choice.us > 0.0f);  // every one timed in the pass
+    // the table lost: a resume is refused with one line naming it
+    std::filesystem::remove(table);
+    std::filesystem::remove(checkpoint_path(o.out_dir, "DONE", 6));
+    TrainOptions r = o;
+    r.resume = true;
+    CHECK_THROWS_WITH_AS(train(r), doctest::Contains("matmul_algos.txt does not exist"), Error);
+}
+
 TEST_CASE("model: -r 1 (GELU's output recomputed) continues bit-identically, and a resume without it is refused") {
     TempDir dir("model");
     const GPT2Config c = small_config();
