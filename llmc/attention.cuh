@@ -38,7 +38,7 @@
 #if !defined(ENABLE_FP32)  // the tensor-core engines are bf16: the BF16 build's
 #include "llmc/attention/mma_backward.cuh"
 #include "llmc/attention/mma_forward.cuh"
-#include "llmc/attention/wgmma_backward.cuh"
+#include "llmc/attention/wgmma_backward_ws.cuh"  // (and wgmma_backward.cuh)
 #include "llmc/attention/wgmma_forward.cuh"
 #endif
 

@@ -157,7 +157,7 @@ inline void print_kernel_registry(FILE* f) {
     struct Engine { AttnEngine e; const char *files, *does; };
     static const Engine engines[] = {
         {AttnEngine::wgmma, "llmc/attention/wgmma_{forward,backward}.cuh",
-         "Hopper wgmma + TMA (sm_90a, BF16 build), HS 64/128: forward warp-specialized ping-pong, backward wgmma"},
+         "Hopper wgmma + TMA (sm_90a, BF16 build), HS 64/128: forward warp-specialized ping-pong, backward wgmma (its dK/dV warp-specialized at HS 128)"},
         {AttnEngine::mma, "llmc/attention/mma_{forward,backward}.cuh",
          "bf16 mma.sync tensor cores (sm_80 on, BF16 build), HS 64"},
         {AttnEngine::fp32, "llmc/attention/fp32_{forward,backward}.cuh",

@@ -40,10 +40,11 @@
 //   * the dQ kernel fits 4 blocks per SM: O_i, read once for D, is staged in K's second buffer.
 //   * at head size 128 both kernels hold 2 blocks per SM (96 KB of tiles each), so the dK/dV kernel may use
 //     255 registers: dK and dV take 128 of them.
-// A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) did not
-// beat this one: dev/attention/backward/6_warp_specialized.cuh. The grids come in two orders (GridOrder): head by
-// head (dev rung 5) and every head's heaviest blocks first (dev rung 9); the engine takes the second where the
-// dK/dV grid is short (attention_backward_flash_wgmma_order).
+// A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) does not
+// beat this one at head size 64, and does at 128: wgmma_backward_ws.cuh, which is also the engine's entry
+// (attention_backward_flash_wgmma) and takes it there. The grids here come in two orders (GridOrder): head by
+// head (dev rung 5) and every head's heaviest blocks first (dev rung 9); at head size 64 the engine takes the
+// second where the dK/dV grid is short (attention_backward_flash_wgmma_order).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -458,17 +459,6 @@ void attention_backward_flash_wgmma_in(bf16_t* dqkv, float* D, const bf16_t* dou
                                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
     attention_backward_flash_wgmma_dq<O>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
     attention_backward_flash_wgmma_dkdv<O>(dqkv, D, dout, qkv, B, T, NH, HS, stream);
-}
-
-// The same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and
-// lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats. Either order gives the same bits.
-inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                           const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
-                                           cudaStream_t stream) {
-    attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first)
-        attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
-    else attention_backward_flash_wgmma_in<GridOrder::head_major>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 }
 
 }  // namespace flashgpt2

@@ -1,0 +1,231 @@
+// The wgmma backward's dK/dV kernel, warp-specialized (FlashAttention-3's structure, Shah et al. 2024,
+// arXiv:2407.08608, §3.1): the engine's at head size 128, where it measured faster than wgmma_backward.cuh's
+// (dev rung 6, doc/attention/backward/6_warp_specialized.md, has the story and the figures; at head size 64
+// it is slower, and the engine keeps the one-warpgroup kernel there). One TMA producer thread fills a ring of
+// Q_i, dO_i tiles; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on them and never meet at
+// a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
+// counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
+// Also here: the engine's entry, attention_backward_flash_wgmma, which picks the kernels by head size.
+#pragma once
+#include <algorithm>
+
+#include "llmc/attention/schedule.h"                 // the tile order
+#include "llmc/attention/wgmma_backward.cuh"          // the dQ kernel, the dK/dV step, the tiles
+#include "llmc/attention/wgmma_forward_pipeline.cuh"  // release()
+
+namespace flashgpt2 {
+
+// ---------------------------------------------------------------------------------------------------------
+// dK, dV, warp-specialized: warpgroup 0 is the producer, warpgroups 1 and 2 the consumers. One producer
+// thread fills a ring of STAGES slots with Q_i and dO_i through TMA (the copy engine writes them already
+// swizzled); a slot's "full" mbarrier completes when their bytes have landed, and its "empty" one when every
+// consumer warp has arrived after its last wgmma on them. K_j, V_j of an item have two slots of their own
+// (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w owns keys
+// 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
+
+// Head size HS: a (64, HS) tile is HS / 64 swizzled panels (wgmma_backward.cuh); at HS 128 the ring has 2 slots,
+// so that K_j, V_j x 2 (128 KB) and the ring (64 KB) fit the 227 KB of one block.
+template <int HS>
+struct FbhWs {
+    static constexpr int NC = 2, BC = 64 * NC, STAGES = HS == 64 ? 4 : 2, THREADS = 128 * (NC + 1);
+    static constexpr int TILE = HS / 64 * FB_TILE;                 // a (64, HS) tile
+    static constexpr int KV_BYTES = NC * TILE;                     // K_j or V_j: NC tiles of 64 keys
+    static constexpr int V_OFF = 2 * KV_BYTES, Q_OFF = 4 * KV_BYTES;  // K_j x 2 slots, V_j x 2, then the ring:
+    static constexpr int DO_OFF = Q_OFF + STAGES * TILE;           // Q_i, dO_i (Br, HS) per slot
+    static constexpr int LD_BYTES = 2 * FB_BR * 4;                 // lse_i·log2(e), D_i (Br floats each),
+    static constexpr int LD_OFF = DO_OFF + STAGES * TILE;          //   2 buffers per consumer warp
+    static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[]
+    static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES);  // (item, next item) per K/V slot: 2 x 2 ints
+    static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // + room to align the base up
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+    static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
+    static_assert(SMEM <= 227 * 1024, "shared memory of one block");
+    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
+    // TMA boxes are 64 columns (one 128-byte swizzle panel) wide. K_j, V_j at HS 64: one box of Bc rows, its
+    // 64-key tiles one after the other; at HS 128 one box of 64 rows per (64-key tile, panel).
+    static constexpr int KV_BOX_ROWS = HS == 64 ? BC : 64;
+};
+
+// Work items = (head bh, key tile of Bc keys at j0) in schedule.h's order, heaviest first (sections of heads
+// whose Q and dO fit in L2; inside a section every head's first key tile first). Block b's first item is b;
+// each later one is gridDim.x + a fetch of this counter (the forward's scheduler, wgmma_forward_pipeline.cuh,
+// says why exactly one fetch per item taken, plus one, leaves it at 0 for the next launch). The producer
+// fetches an item's successor when it starts the item, and hands both to the consumers with the item's K_j,
+// V_j (the K/V slot's "full" barrier publishes them), so that they can copy the next item's first lse, D
+// while they finish this one.
+static __device__ int g_dkdv_ws_counter = 0;
+
+template <int HS>
+static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
+    attention_backward_flash_wgmma_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                                      bf16_t* dqkv, const float* LD, int T, int NH, int BH, int section_heads) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    namespace hb = wgmma_backward;
+    namespace hp = flashgpt2::hopper;
+    using W = FbhWs<HS>;
+    extern __shared__ __align__(1024) unsigned char fbh_smem[];
+    const uint32_t raw = mma::smem_u32(fbh_smem), base = (raw + 1023) & ~1023u;
+    const uint32_t sK = base, sV = base + W::V_OFF, sQ = base + W::Q_OFF, sdO = base + W::DO_OFF;
+    const auto kv_full = [&](int k) { return base + W::BAR_OFF + 8 * k; };
+    const auto kv_empty = [&](int k) { return base + W::BAR_OFF + 16 + 8 * k; };
+    const auto full = [&](int s) { return base + W::BAR_OFF + 32 + 8 * s; };
+    const auto empty = [&](int s) { return base + W::BAR_OFF + 32 + 8 * (W::STAGES + s); };
+    volatile int* items = reinterpret_cast<volatile int*>(fbh_smem + (base - raw) + W::ITEM_OFF);  // 2 per K/V slot
+    const int n_kt = ceil_div(T, W::BC), n_qt = ceil_div(T, FB_BR), total = n_kt * BH;
+    const auto decode = [&](int it, int& bh, int& j0) {  // item it -> its head and first key
+        const HeadTile ht = heaviest_first(it, n_kt, BH, section_heads);  // rank 0: the first key tile
+        bh = ht.bh, j0 = ht.rank * W::BC;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < 2; k++) {
+            hp::mbar_init(kv_full(k), 1);           // the producer's arrive.expect_tx, plus K_j's and V_j's bytes
+            hp::mbar_init(kv_empty(k), 4 * W::NC);  // one arrival per consumer warp
+        }
+        for (int s = 0; s < W::STAGES; s++) {
+            hp::mbar_init(full(s), 1);              // the producer's arrive.expect_tx, plus Q_i's and dO_i's bytes
+            hp::mbar_init(empty(s), 4 * W::NC);
+        }
+        hp::fence_barrier_init();
+    }
+    __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
+
+    if (threadIdx.x < 128) {  // ---- producer: one thread; the others give their registers back and exit
+        hp::setmaxnreg_dec<W::PRODUCER_REGS>();
+        if (threadIdx.x != 0) return;
+        hp::prefetch_tma_map(&tm_q);
+        hp::prefetch_tma_map(&tm_do);
+        int n = 0, it = blockIdx.x;  // n: Q/dO tiles issued so far (slot n % STAGES); it: this item
+        for (int m = 0;; m++) {
+            const int k = m & 1;
+            hp::mbar_wait(kv_empty(k), ((m >> 1) & 1) ^ 1);  // the consumers are done with item m-2 (and its slot)
+            if (it >= total) {  // no more work: say so through slot k (the arrival publishes it)
+                items[2 * k] = -1;
+                hp::mbar_arrive(kv_full(k));
+                return;
+            }
+            const int fetched = atomicAdd(&g_dkdv_ws_counter, 1);
+            if (fetched == total - 1) atomicExch(&g_dkdv_ws_counter, 0);  // the launch's last fetch: reset
+            const int next = fetched + (int)gridDim.x;                     // (>= total: none)
+            items[2 * k] = it, items[2 * k + 1] = next;
+            int bh, j0;
+            decode(it, bh, j0);
+            const int b = bh / NH, h = bh % NH;
+            hp::mbar_arrive_expect_tx(kv_full(k), 2 * W::KV_BYTES);
+            for (int r = 0; r < W::BC; r += W::KV_BOX_ROWS)  // box by box: (64-key tile r / 64, panel p)
+                for (int p = 0; p < HS / 64; p++) {
+                    const uint32_t at = k * W::KV_BYTES + r / 64 * W::TILE + p * FB_TILE;
+                    hp::tma_load_4d(sK + at, &tm_k, kv_full(k), 64 * p, j0 + r, h, b);
+                    hp::tma_load_4d(sV + at, &tm_v, kv_full(k), 64 * p, j0 + r, h, b);
+                }
+            for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {  // Bc is a multiple of Br: queries from j0 on
+                const int s = n % W::STAGES;
+                hp::mbar_wait(empty(s), ((n / W::STAGES) & 1) ^ 1);  // every consumer warp is done with slot s
+                hp::mbar_arrive_expect_tx(full(s), 2 * W::TILE);       // (rows past T arrive as zeros)
+                for (int p = 0; p < HS / 64; p++) {
+                    hp::tma_load_4d(sQ + s * W::TILE + p * FB_TILE, &tm_q, full(s), 64 * p, i0, h, b);
+                    hp::tma_load_4d(sdO + s * W::TILE + p * FB_TILE, &tm_do, full(s), 64 * p, i0, h, b);
+                }
+            }
+            it = next;
+        }
+    }
+
+    // ---- consumers
+    hp::setmaxnreg_inc<W::CONSUMER_REGS>();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
+    const int wg = warp / 4;  // this warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc
+    const float sl2 = LOG2E / sqrtf((float)HS);
+    // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
+    // one tile ahead, so a __syncwarp is all the synchronization they need.
+    const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers, (2, 2, Br) floats
+    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
+        mma::cp_async_16(base + ld_w + buf * W::LD_BYTES + 16 * lane,
+                         LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * 2 * FB_BR + 4 * lane, 16);
+        mma::cp_async_commit();
+    };
+    int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
+    for (int m = 0;; m++) {
+        const int k = m & 1;
+        hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j, V_j of this item have landed, and its number
+        const int it = items[2 * k], next_it = items[2 * k + 1];  // this item (-1: no more work), the next
+        if (it < 0) break;
+        int bh, j0;
+        decode(it, bh, j0);
+        if (m == 0) ld_prefetch(bh, j0, 0);  // later items' first lse, D: copied during the item before
+        const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
+        const uint32_t Kw = sK + k * W::KV_BYTES + wg * W::TILE, Vw = sV + k * W::KV_BYTES + wg * W::TILE;
+        float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+        for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++) {
+            const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
+                mma::cp_async_wait<0>();
+                __syncwarp();  // tile q's copy is visible to the warp's lanes, which are all done with the
+                               // other buffer (tile q-1)
+                int nbh = bh, ni0 = i0 + FB_BR;  // the next tile: of this item, or the next item's first
+                bool next = ni0 < T;
+                if (!next && next_it < total) decode(next_it, nbh, ni0), next = true;
+                if (next) ld_prefetch(nbh, ni0, (q + 1) & 1);
+            };
+            const int s = n % W::STAGES;
+            hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
+            if (i0 + FB_BR <= wg_k0) {
+                ld_next();  // every query of the tile is before every key of this warpgroup: nothing to add
+            } else {
+                const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
+                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, ld_next);
+            }
+            wgmma_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
+        }
+        wgmma_attention::release(kv_empty(k), lane);  // K_j, V_j too: the item after next may load there
+        fb_store_dkdv(dqkv, dk, dv, key_g, T, bh / NH, bh % NH, NH, t, 1.0f / sqrtf((float)HS));
+    }
+#else
+    (void)tm_q, (void)tm_k, (void)tm_v, (void)tm_do, (void)dqkv, (void)LD, (void)T, (void)NH, (void)BH,
+        (void)section_heads;
+#endif
+}
+
+// The dK/dV kernel's launch (the dQ kernel, wgmma_backward.cuh's, runs first: it writes the per-tile lse, D
+// this one reads). D: attention_backward_d_floats(B, NH, T) floats. A persistent grid: one block per SM.
+inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                                   int B, int T, int NH, int HS, cudaStream_t stream) {
+    namespace hp = flashgpt2::hopper;
+    const long long C = (long long)NH * HS;
+    // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
+    const int kv_rows = HS == 64 ? FbhWs<64>::KV_BOX_ROWS : FbhWs<128>::KV_BOX_ROWS;
+    const CUtensorMap mq = hp::make_strided_head_map(qkv, B, NH, T, HS, T * 3 * C, HS, 3 * C, FB_BR);
+    const CUtensorMap mk = hp::make_strided_head_map(qkv + C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
+    const CUtensorMap mv = hp::make_strided_head_map(qkv + 2 * C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
+    const CUtensorMap mdo = hp::make_strided_head_map(dout, B, NH, T, HS, T * C, HS, C, FB_BR);
+    const int BH = B * NH, total = ceil_div(T, FbhWs<64>::BC) * BH;  // (Bc is 128 at both head sizes)
+    const int section_heads = l2_section_heads(T, HS);  // heads whose Q and dO fit in L2 together
+    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dkdv_ws_kernel<64>
+                                 : attention_backward_flash_wgmma_dkdv_ws_kernel<128>;
+    const int smem = HS == 64 ? FbhWs<64>::SMEM : FbhWs<128>::SMEM;
+    allow_shared_memory(kernel, smem);
+    kernel<<<std::min(total, sm_count()), FbhWs<64>::THREADS, smem, stream>>>(
+        mq, mk, mv, mdo, dqkv, attention_backward_d_tiles(D, B, NH, T), T, NH, BH, section_heads);
+    cudaCheckLaunch();
+}
+
+// The engine's entry, the same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout,
+// out (B,T,NH,HS), qkv and lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
+// Head size 64: the two kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order
+// picks. Head size 128: their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there
+// (dev rung 6's page). Every path gives the same bits: the same products in the same order.
+inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                           const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
+                                           cudaStream_t stream) {
+    attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
+    if (HS == 128) {
+        attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+        attention_backward_flash_wgmma_dkdv_ws(dqkv, D, dout, qkv, B, T, NH, HS, stream);
+    } else if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first) {
+        attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    } else {
+        attention_backward_flash_wgmma_in<GridOrder::head_major>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+    }
+}
+
+}  // namespace flashgpt2
