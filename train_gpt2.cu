@@ -247,6 +247,7 @@ inline TrainResult train(const TrainOptions& o) {
     Distributed dist;  // who this process is (one GPU unless --num-gpus or a launcher says otherwise)
     dist.configure(o.num_gpus, o.rank, o.init_file);
     const bool quiet = o.quiet || !dist.is_main();
+    pdl_enabled() = o.pdl;  // llmc/common.cuh: how our flash kernels are launched
     // 1. the model's config: resumed, random (dN) or from a file
     std::string resume_model;
     int64_t resume_step = -1;
@@ -333,7 +334,8 @@ inline TrainResult train(const TrainOptions& o) {
     const double peak = PEAK_FLOPS * dist.world;  // tok/s counts every GPU's tokens, so MFU is against all of them
     // the run's header: stdout and main.log say which kernels run, attention's engines per pass included
     const std::string kernels_line = std::string("kernels: ") + o.kernels.str() + "; attention: " +
-                                     attention_kernels_str(model.ks, cfg.channels / cfg.num_heads);
+                                     attention_kernels_str(model.ks, cfg.channels / cfg.num_heads) +
+                                     (pdl_enabled() && pdl_supported() ? "; launches: PDL" : "; launches: ordinary");
     char head[512];
     snprintf(head, sizeof head, "device: %s (%.1f GiB), precision %s, %s", prop.name, gib(prop.totalGlobalMem),
              PRECISION_NAME, kernels_line.c_str());

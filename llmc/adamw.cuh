@@ -121,6 +121,7 @@ struct alignas(ADAMW_VEC * sizeof(T)) Vec4 {
 
 static __global__ void adamw_flash_kernel(float* master, floatX* params, const floatX* grads, float* m, float* v,
                                    ParamLayoutDevice layout, AdamWStep s) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     const size_t n = layout.offset[layout.count];
     const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * ADAMW_VEC;
     if (i0 >= n) return;
@@ -161,9 +162,8 @@ inline void adamw_update_flash(float* master, floatX* params, const floatX* grad
     for (int t = 0; t < layout.count; t++) d.wd[t] = layout.decay[t] ? hp.weight_decay : 0.0f;
     const size_t n = layout.total();
     if (n == 0) return;
-    adamw_flash_kernel<<<grid_for(ceil_div<size_t>(n, ADAMW_VEC), 256), 256, 0, stream>>>(master, params, grads, m, v,
-                                                                                          d, adamw_step_constants(hp));
-    cudaCheckLaunch();
+    launch_dependent(adamw_flash_kernel, grid_for(ceil_div<size_t>(n, ADAMW_VEC), 256), 256, 0, stream,
+        master, params, grads, m, v, d, adamw_step_constants(hp));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -188,6 +188,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
 }
 
 static __global__ void __launch_bounds__(NORM_THREADS) norm_squared_final_kernel(float* out, const float* partial, int count) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     float s = 0.0f;
     for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
     s = block_sum(s);
@@ -209,6 +210,7 @@ inline void global_norm_squared_naive(float* out, void* ws, const floatX* grads,
 // flash: 16-byte loads, a grid-stride loop over whole chunks of X128; the last n % X128 go to block 0.
 static __global__ void __launch_bounds__(NORM_THREADS)
     norm_squared_partial_flash_kernel(float* partial, const floatX* g, size_t n) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     const size_t chunks = n / X128;
     float s = 0.0f;
     for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += (size_t)gridDim.x * blockDim.x) {
@@ -227,10 +229,9 @@ inline void global_norm_squared_flash(float* out, void* ws, const floatX* grads,
                                       cudaStream_t stream) {
     if (!aligned16(grads)) fail("global_norm_squared_flash: gradients must be 16-byte aligned");
     float* partial = WorkspaceCarver(ws).take<float>(NORM_BLOCKS);  // (NORM_BLOCKS)
-    norm_squared_partial_flash_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(partial, grads, layout.total());
-    cudaCheckLaunch();
-    norm_squared_final_kernel<<<1, NORM_THREADS, 0, stream>>>(out, partial, NORM_BLOCKS);
-    cudaCheckLaunch();
+    launch_dependent(norm_squared_partial_flash_kernel, NORM_BLOCKS, NORM_THREADS, 0, stream,
+        partial, grads, layout.total());
+    launch_dependent(norm_squared_final_kernel, 1, NORM_THREADS, 0, stream, out, partial, NORM_BLOCKS);
 }
 
 }  // namespace flashgpt2

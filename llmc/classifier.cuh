@@ -89,6 +89,7 @@ constexpr int CLASSIFIER_THREADS = 1024;
 static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     classifier_flash_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss_scale,
                             bool write_dlogits) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     floatX* x = logits + (size_t)blockIdx.x * Vp;  // this row, (Vp)
     const int target = targets[blockIdx.x];
     const float x_target = to_float(x[target]);  // read before any thread overwrites the row (barriers below)
@@ -127,9 +128,8 @@ inline void classifier_flash(floatX* logits, float* losses, const int* targets, 
                              float dloss_scale, bool write_dlogits, cudaStream_t stream) {
     if (Vp % X128 != 0 || !aligned16(logits))
         fail("classifier_flash: padded vocab %d must be a multiple of %d and logits 16-byte aligned", Vp, X128);
-    classifier_flash_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, V, Vp, dloss_scale,
-                                                                   write_dlogits);
-    cudaCheckLaunch();
+    launch_dependent(classifier_flash_kernel, N, CLASSIFIER_THREADS, 0, stream,
+        logits, losses, targets, V, Vp, dloss_scale, write_dlogits);
 }
 
 }  // namespace flashgpt2

@@ -30,6 +30,7 @@ static __global__ void encoder_forward_naive_kernel(floatX* out, const int* inp,
 
 static __global__ void encoder_forward_flash_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                              int N, int T, int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;  // first of X128 elements
     if (idx >= (size_t)N * C) return;
     int n = (int)(idx / C), c = (int)(idx % C), t = n % T;  // C % X128 == 0: the 16 bytes stay in one row
@@ -50,9 +51,8 @@ inline void encoder_forward_flash(floatX* out, const int* inp, const floatX* wte
     if (C % X128 != 0) fail("encoder_forward_flash: channels %d must be a multiple of %d", C, X128);
     if (!aligned16(out) || !aligned16(wte) || !aligned16(wpe)) fail("encoder_forward_flash: buffers must be 16-byte aligned");
     const int block = 256;
-    encoder_forward_flash_kernel<<<grid_for((size_t)B * T * C / X128, block), block, 0, stream>>>(out, inp, wte, wpe,
-                                                                                                 B * T, T, C);
-    cudaCheckLaunch();
+    launch_dependent(encoder_forward_flash_kernel, grid_for((size_t)B * T * C / X128, block), block, 0, stream,
+        out, inp, wte, wpe, B * T, T, C);
 }
 
 // ---- backward, naive: atomics ----
@@ -114,6 +114,7 @@ inline size_t encoder_backward_workspace_bytes(Variant v, int B, int T, int C, i
 }
 
 static __global__ void encoder_sort_init_kernel(int* keys, int* positions, const int* inp, int N) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n < N) { keys[n] = inp[n]; positions[n] = n; }
 }
@@ -127,6 +128,7 @@ static __global__ void encoder_sort_init_kernel(int* keys, int* positions, const
 // the same).
 static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tokens_sorted,
                                             const int* positions_sorted, int N, int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     const int i = blockIdx.x;
     const int token = tokens_sorted[i];
     if (i > 0 && tokens_sorted[i - 1] == token) return;  // not the first position of this token
@@ -147,6 +149,7 @@ static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* d
 }
 
 static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // one element (t, c) of dwpe
     if (idx >= T * C) return;
     float sum = 0.0f;
@@ -165,15 +168,12 @@ inline void encoder_backward_flash(floatX* dwte, floatX* dwpe, void* ws, const f
     size_t temp_bytes = encoder_sort_temp_bytes(N, Vp);
     void* temp = carve.take<char>(temp_bytes);
 
-    encoder_sort_init_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(keys, positions, inp, N);
-    cudaCheckLaunch();
+    launch_dependent(encoder_sort_init_kernel, ceil_div(N, 256), 256, 0, stream, keys, positions, inp, N);
     cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, positions, positions_sorted, N, 0,
                                               encoder_sort_bits(Vp), stream));
-    encoder_backward_wte_kernel<<<N, std::min(1024, ceil_div(C, 32) * 32), 0, stream>>>(dwte, dout, keys_sorted,
-                                                                                     positions_sorted, N, C);
-    cudaCheckLaunch();
-    encoder_backward_wpe_kernel<<<ceil_div(T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
-    cudaCheckLaunch();
+    launch_dependent(encoder_backward_wte_kernel, N, std::min(1024, ceil_div(C, 32) * 32), 0, stream,
+        dwte, dout, keys_sorted, positions_sorted, N, C);
+    launch_dependent(encoder_backward_wpe_kernel, ceil_div(T * C, 256), 256, 0, stream, dwpe, dout, B, T, C);
 }
 
 }  // namespace flashgpt2

@@ -44,6 +44,7 @@ inline void gelu_backward_naive(floatX* dinp, const floatX* inp, const floatX* d
 
 // Standalone flash kernels: one thread per 16 bytes, the tail (n not a multiple of X128) element by element.
 static __global__ void gelu_forward_flash_kernel(floatX* out, const floatX* inp, size_t n) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
     if (i + X128 <= n) {
@@ -56,6 +57,7 @@ static __global__ void gelu_forward_flash_kernel(floatX* out, const floatX* inp,
 }
 
 static __global__ void gelu_backward_flash_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
     if (i + X128 <= n) {
@@ -69,14 +71,13 @@ static __global__ void gelu_backward_flash_kernel(floatX* dinp, const floatX* in
 
 inline void gelu_forward_flash(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     if (!aligned16(out) || !aligned16(inp)) fail("gelu_forward_flash: buffers must be 16-byte aligned");
-    gelu_forward_flash_kernel<<<grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream>>>(out, inp, n);
-    cudaCheckLaunch();
+    launch_dependent(gelu_forward_flash_kernel, grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream, out, inp, n);
 }
 
 inline void gelu_backward_flash(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
     if (!aligned16(dinp) || !aligned16(inp) || !aligned16(dout)) fail("gelu_backward_flash: buffers must be 16-byte aligned");
-    gelu_backward_flash_kernel<<<grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream>>>(dinp, inp, dout, n);
-    cudaCheckLaunch();
+    launch_dependent(gelu_backward_flash_kernel, grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream,
+        dinp, inp, dout, n);
 }
 
 }  // namespace flashgpt2

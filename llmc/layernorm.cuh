@@ -146,6 +146,7 @@ template <bool RESIDUAL>
 __global__ void __launch_bounds__(LN_WARPS * 32)
     layernorm_forward_flash_kernel(floatX* residual_out, floatX* out, float* mean, float* rstd, const floatX* inp1,
                                    const floatX* inp2, const floatX* w, const floatX* b, int N, int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int n = blockIdx.x * LN_WARPS + warp;
@@ -203,8 +204,8 @@ inline void layernorm_forward_flash_launch(floatX* residual_out, floatX* out, fl
         fail("layernorm_forward_flash: buffers must be 16-byte aligned");
     auto kernel = layernorm_forward_flash_kernel<RESIDUAL>;
     allow_shared_memory(kernel, smem);
-    kernel<<<ceil_div(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C);
-    cudaCheckLaunch();
+    launch_dependent(kernel, ceil_div(N, LN_WARPS), LN_WARPS * 32, smem, stream,
+        residual_out, out, mean, rstd, inp1, inp2, w, b, N, C);
 }
 
 inline void layernorm_forward_flash(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
@@ -237,6 +238,7 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
                                     int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slots = ln_row_slots(C), sweeps = ceil_div(C, 32 * X128);
@@ -294,6 +296,7 @@ constexpr int LN_RED_ROWS = 16;
 static __global__ void __launch_bounds__(32 * LN_RED_ROWS)
     layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partial_dw, const float* partial_db, int G,
                                      int C) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     __shared__ float sums[2][LN_RED_ROWS][32];
     const int lane = threadIdx.x % 32, y = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     float sw = 0.0f, sb = 0.0f;
@@ -324,12 +327,10 @@ inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, void*
     float* partial_dw = carve.take<float>((size_t)G * C);  // (G, C)
     float* partial_db = carve.take<float>((size_t)G * C);  // (G, C)
     allow_shared_memory(layernorm_backward_flash_kernel, smem);
-    layernorm_backward_flash_kernel<<<G, LN_BWD_WARPS * 32, smem, stream>>>(dinp, partial_dw, partial_db, dout, inp,
-                                                                             w, mean, rstd, N, C);
-    cudaCheckLaunch();
-    layernorm_backward_reduce_kernel<<<ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream>>>(dw, db, partial_dw, partial_db,
-                                                                                      G, C);
-    cudaCheckLaunch();
+    launch_dependent(layernorm_backward_flash_kernel, G, LN_BWD_WARPS * 32, smem, stream,
+        dinp, partial_dw, partial_db, dout, inp, w, mean, rstd, N, C);
+    launch_dependent(layernorm_backward_reduce_kernel, ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream,
+        dw, db, partial_dw, partial_db, G, C);
 }
 
 }  // namespace flashgpt2

@@ -328,6 +328,7 @@ inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
 
 static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     matmul_backward_dbias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     __shared__ float sums[DBIAS_WARPS][DBIAS_COLS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y, S = gridDim.y;
     const int col0 = blockIdx.x * DBIAS_COLS, oc = col0 + lane * X128;  // this lane's X128 columns
@@ -350,6 +351,7 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
 }
 
 static __global__ void matmul_backward_dbias_reduce_kernel(floatX* dbias, const float* partial, int S, int OC) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     int oc = blockIdx.x * blockDim.x + threadIdx.x;
     if (oc >= OC) return;
     float s = 0.0f;
@@ -373,11 +375,9 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
                  OC, X128);
         const int S = dbias_splits(N);
         float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
-        matmul_backward_dbias_partial_kernel<<<dim3(ceil_div(OC, DBIAS_COLS), S), DBIAS_WARPS * 32, 0, stream>>>(
+        launch_dependent(matmul_backward_dbias_partial_kernel, dim3(ceil_div(OC, DBIAS_COLS), S), DBIAS_WARPS * 32, 0, stream,
             partial, dout, N, OC);
-        cudaCheckLaunch();
-        matmul_backward_dbias_reduce_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, partial, S, OC);
-        cudaCheckLaunch();
+        launch_dependent(matmul_backward_dbias_reduce_kernel, ceil_div(OC, 256), 256, 0, stream, dbias, partial, S, OC);
     }
 }
 

@@ -23,6 +23,7 @@ inline void residual_forward_naive(floatX* out, const floatX* inp1, const floatX
 
 // One thread per 16 bytes; the last chunk (n not a multiple of X128) is done element by element.
 static __global__ void residual_forward_flash_kernel(floatX* out, const floatX* inp1, const floatX* inp2, size_t n) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
     if (i + X128 <= n) {
@@ -36,8 +37,8 @@ static __global__ void residual_forward_flash_kernel(floatX* out, const floatX* 
 
 inline void residual_forward_flash(floatX* out, const floatX* inp1, const floatX* inp2, size_t n, cudaStream_t stream) {
     if (!aligned16(out) || !aligned16(inp1) || !aligned16(inp2)) fail("residual_forward_flash: buffers must be 16-byte aligned");
-    residual_forward_flash_kernel<<<grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream>>>(out, inp1, inp2, n);
-    cudaCheckLaunch();
+    launch_dependent(residual_forward_flash_kernel, grid_for(ceil_div<size_t>(n, X128), 256), 256, 0, stream,
+        out, inp1, inp2, n);
 }
 
 }  // namespace flashgpt2

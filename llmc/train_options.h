@@ -51,6 +51,7 @@ struct TrainOptions {
     unsigned long long seed = 42;  // model init and data order (as llm.c draws them), sampling
     KernelSet kernels = KernelSet::all(Variant::flash);
     std::string matmul_algos = "heuristic";  // heuristic | tune | a table file (llmc/matmul.cuh)
+    bool pdl = true;               // our kernels start with programmatic dependent launch (llmc/common.cuh)
     bool list_kernels = false;
     bool compare = false;          // the `make compare` run: naive then flash, per-layer table
     bool sample = false;           // text from the -e checkpoint, no training (make sample)
@@ -120,6 +121,8 @@ inline void print_help(FILE* f) {
             "  --matmul-algos heuristic|tune|FILE  which cuBLASLt algorithm each matmul takes: the heuristic's first;\n"
             "                 tune: the fastest of its first 8, timed once before step 1 and saved to DIR/matmul_algos.txt\n"
             "                 (a resume reads it back); FILE: such a table (the same algorithms: the same bits) [heuristic]\n"
+            "  --pdl on|off   our flash kernels may start while the kernel before them finishes (programmatic\n"
+            "                 dependent launch, sm_90 on; the same bits either way)                        [on]\n"
             "  --list-kernels print each layer's naive and flash kernel and exit\n"
             "  --profile-steps N  time every op of the last N steps by layer (CUDA events): a table on stdout and in\n"
             "                 DIR/profile.md (those steps are left out of the mean step time)\n"
@@ -202,6 +205,10 @@ inline TrainOptions parse_args(int argc, char** argv) {
         else if (a == "--rank") o.rank = (int)args::parse_int(f, v, 0, 1023);
         else if (a == "--init-file") o.init_file = v;
         else if (a == "--matmul-algos") o.matmul_algos = v;
+        else if (a == "--pdl") {
+            if (v != std::string("on") && v != std::string("off")) fail("--pdl %s: on or off", v);
+            o.pdl = v == std::string("on");
+        }
         else if (a == "--kernels") o.kernels = KernelSet::all(parse_variant(v, "--kernels"));
         else if (a.size() > 2 && a[1] == '-' && is_layer_flag(a.substr(2))) o.kernels.set(a.substr(2), v);
         else fail("unknown flag '%s' (see --help)", f);

@@ -240,6 +240,7 @@ template <int HS, GridOrder O = GridOrder::head_major>
 static __global__ void __launch_bounds__(FB_DQ_THREADS, fbh_dq_blocks_per_sm(HS))
     attention_backward_flash_wgmma_dq_kernel(bf16_t* dqkv, float* LD, const bf16_t* dout, const bf16_t* out,
                                         const bf16_t* qkv, const float* lse, int T, int NH) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
@@ -350,6 +351,7 @@ template <int HS, GridOrder O = GridOrder::head_major>
 static __global__ void __launch_bounds__(128, fbh_dkdv_blocks_per_sm(HS))
     attention_backward_flash_wgmma_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* LD,
                                           int T, int NH) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
@@ -419,9 +421,8 @@ void attention_backward_flash_wgmma_dq(bf16_t* dqkv, float* D, const bf16_t* dou
                                  : attention_backward_flash_wgmma_dq_kernel<128, O>;
     const int smem = HS == 64 ? fbh_dq_smem<64>() : fbh_dq_smem<128>();
     allow_shared_memory(kernel, smem);
-    kernel<<<attention_backward_wgmma_grid<O>(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream>>>(
+    launch_dependent(kernel, attention_backward_wgmma_grid<O>(ceil_div(T, FB_BR), B * NH), FB_DQ_THREADS, smem, stream,
         dqkv, attention_backward_d_tiles(D, B, NH, T), dout, out, qkv, lse, T, NH);
-    cudaCheckLaunch();
 }
 template <GridOrder O = GridOrder::head_major>
 void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv, int B, int T,
@@ -430,9 +431,8 @@ void attention_backward_flash_wgmma_dkdv(bf16_t* dqkv, float* D, const bf16_t* d
                                  : attention_backward_flash_wgmma_dkdv_kernel<128, O>;
     const int smem = HS == 64 ? fbh_dkdv_smem<64>() : fbh_dkdv_smem<128>();
     allow_shared_memory(kernel, smem);
-    kernel<<<attention_backward_wgmma_grid<O>(ceil_div(T, 64), B * NH), 128, smem, stream>>>(
+    launch_dependent(kernel, attention_backward_wgmma_grid<O>(ceil_div(T, 64), B * NH), 128, smem, stream,
         dqkv, dout, qkv, attention_backward_d_tiles(D, B, NH, T), T, NH);
-    cudaCheckLaunch();
 }
 
 // The checks of this engine's launches, and of the dev kernels built on it.

@@ -60,6 +60,7 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     attention_backward_flash_wgmma_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                                       bf16_t* dqkv, const float* LD, int T, int NH, int BH, int section_heads) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
@@ -204,9 +205,8 @@ inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const
                                  : attention_backward_flash_wgmma_dkdv_ws_kernel<128>;
     const int smem = HS == 64 ? FbhWs<64>::SMEM : FbhWs<128>::SMEM;
     allow_shared_memory(kernel, smem);
-    kernel<<<std::min(total, sm_count()), FbhWs<64>::THREADS, smem, stream>>>(
+    launch_dependent(kernel, std::min(total, sm_count()), FbhWs<64>::THREADS, smem, stream,
         mq, mk, mv, mdo, dqkv, attention_backward_d_tiles(D, B, NH, T), T, NH, BH, section_heads);
-    cudaCheckLaunch();
 }
 
 // The engine's entry, the same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout,

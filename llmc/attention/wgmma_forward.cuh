@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 attention_forward_flash_wgmma_overlap_kernel(const __grid_constant__ CUtensorMap tm_q,
                                         const __grid_constant__ CUtensorMap tm_k,
                                         const __grid_constant__ CUtensorMap tm_v, const Problem pr) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     forward_body<C, HopperLoop::overlap>(&tm_q, &tm_k, &tm_v, pr);
 }
 template <class C>
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 attention_forward_flash_wgmma_pingpong_kernel(const __grid_constant__ CUtensorMap tm_q,
                                          const __grid_constant__ CUtensorMap tm_k,
                                          const __grid_constant__ CUtensorMap tm_v, const Problem pr) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     forward_body<C, HopperLoop::pingpong>(&tm_q, &tm_k, &tm_v, pr);
 }
 
@@ -103,8 +105,7 @@ void launch(const WgmmaAttentionParams& p) {
     const CUtensorMap mv = hp::make_strided_head_map(p.v, p.B, p.NH, p.T, p.HS, s.b, s.h, s.t, C::BC);
     const int section_heads = l2_section_heads(p.T, p.HS);  // heads whose K and V fit in L2 together
     const Problem pr{p.o, p.out.b, p.out.h, p.out.t, p.lse, p.T, p.NH, BH, section_heads, 1.0f / sqrtf((float)p.HS)};
-    kernel<<<std::min(total, num_sms), C::THREADS, C::SMEM, p.stream>>>(mq, mk, mv, pr);
-    cudaCheckLaunch();
+    launch_dependent(kernel, std::min(total, num_sms), C::THREADS, C::SMEM, p.stream, mq, mk, mv, pr);
 }
 
 }  // namespace wgmma_attention

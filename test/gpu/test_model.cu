@@ -420,6 +420,30 @@ TEST_CASE("model: -r 1 (GELU's output recomputed) continues bit-identically, and
     CHECK_THROWS_WITH_AS(train(r), doctest::Contains("recompute: 1 -> (absent)"), Error);
 }
 
+// Programmatic dependent launch lets a kernel's blocks start before the kernel ahead of it has finished; each
+// waits in pdl_begin() for it. A kernel that read too early would change the numbers: 6 steps with --pdl on (at
+// full size, where grids span many waves) must give the same losses, bit for bit, as with it off.
+TEST_CASE("model: --pdl on and off train the same bits") {
+    TempDir dir("model_pdl");
+    const GPT2Config c = gpt2_124M();
+    write_random_tokens(dir / "train.bin", (size_t)8 * 4 * 256 + 1, c.vocab_size, 1);
+    TrainOptions o;
+    o.init = "d12", o.B = 4, o.T = 256, o.steps = 6, o.warmup = 2, o.lr = 1e-3f, o.seed = 11, o.quiet = true;
+    o.train_glob = dir / "train.bin", o.val_glob = dir / "train.bin", o.val_every = 0, o.sample_every = 0;
+    o.checkpoint_every = -1;
+    std::vector<std::vector<float>> losses;
+    for (bool pdl : {true, false}) {
+        o.pdl = pdl, o.out_dir = dir / (pdl ? "on" : "off");
+        losses.push_back(train(o).train_losses);
+    }
+    REQUIRE(losses[0].size() == 6);
+    REQUIRE(losses[1].size() == 6);
+    for (int i = 0; i < 6; i++)
+        CHECK_MESSAGE(memcmp(&losses[0][i], &losses[1][i], sizeof(float)) == 0,
+                      "step " << i + 1 << ": " << losses[0][i] << " (on) vs " << losses[1][i] << " (off)");
+    CHECK(std::isfinite(losses[0][5]));
+}
+
 // ---- 5. long context: a position table longer than GPT-2's 1024 rows ---------------------------------------
 
 TEST_CASE("long context: --max-seq-len 1536 trains at T=1100, checkpoints it and resumes bit-identically") {
@@ -564,6 +588,9 @@ TEST_CASE("model: clear errors") {
         const TrainOptions e = parse({"--attention", "flash:fp32"});
         CHECK(e.kernels.attention_engine == AttnEngine::fp32);
         CHECK_THROWS_WITH_AS(parse({"--attention", "flash:gpu"}), doctest::Contains("unknown attention engine"), Error);
+        CHECK_THROWS_WITH_AS(parse({"--pdl", "yes"}), doctest::Contains("--pdl yes: on or off"), Error);
+        CHECK(!parse({"--pdl", "off"}).pdl);
+        CHECK(parse({}).pdl);
     }
 }
 
