@@ -78,7 +78,7 @@ struct MatmulAlgos {
     bool timing = false;
     MatmulAlgoTable table;
     std::set<MatmulKey> checked;  // loaded entries that cublasLtMatmulAlgoCheck has accepted for their call
-    int force_pick = -1;          // the GPU test: while timing, take this candidate instead of the fastest
+    int force_pick = -1;          // the GPU test: while timing, take this candidate (if it runs) instead of the fastest
 };
 inline MatmulAlgos& matmul_algos() {
     static MatmulAlgos m;
@@ -200,8 +200,9 @@ inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, 
         if (ma.timing) {  // each candidate: a warm-up, then MATMUL_TUNE_RUNS timed runs; the lowest median wins
             cudaEvent_t ev[MATMUL_TUNE_RUNS + 1];
             for (cudaEvent_t& e : ev) cudaCheck(cudaEventCreate(&e));
-            float best = INFINITY;
+            float median[MATMUL_TUNE_CANDIDATES];
             for (int i = 0; i < found; i++) {
+                median[i] = INFINITY;
                 if (run(heur[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // offered but refused: not a candidate
                 cudaCheck(cudaEventRecord(ev[0], stream));
                 for (int r = 0; r < MATMUL_TUNE_RUNS; r++) {
@@ -212,12 +213,13 @@ inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, 
                 float t[MATMUL_TUNE_RUNS];
                 for (int r = 0; r < MATMUL_TUNE_RUNS; r++) cudaCheck(cudaEventElapsedTime(&t[r], ev[r], ev[r + 1]));
                 std::sort(t, t + MATMUL_TUNE_RUNS);
-                if (t[MATMUL_TUNE_RUNS / 2] < best) best = t[MATMUL_TUNE_RUNS / 2], c.pick = i;
+                median[i] = t[MATMUL_TUNE_RUNS / 2];
+                if (median[i] < median[c.pick]) c.pick = i;
             }
             for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
-            if (best == INFINITY) fail("matmul_flash: no candidate algorithm ran for m=%d n=%d k=%d", m, n, k);
-            c.us = best * 1000.0f;
-            if (ma.force_pick >= 0 && ma.force_pick < found) c.pick = ma.force_pick;
+            if (ma.force_pick >= 0 && ma.force_pick < found && median[ma.force_pick] < INFINITY) c.pick = ma.force_pick;
+            if (median[c.pick] == INFINITY) fail("matmul_flash: no candidate algorithm ran for m=%d n=%d k=%d", m, n, k);
+            c.us = median[c.pick] * 1000.0f;  // the time of the one kept
         }
         memcpy(c.algo.data(), &heur[c.pick].algo, sizeof(cublasLtMatmulAlgo_t));
         it = ma.table.calls.emplace(key, c).first;
