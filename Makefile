@@ -327,7 +327,7 @@ compare: build/train_gpt2cu_$(prec) data
 	cp log/compare.md doc/results/compare.md
 	bash scripts/readme_table.sh doc/results/compare.md compare
 
-# bench-train: the training acceptance runs (R1, naive vs flash in B=4 micro-batches, throughput at B=16/64 beside PyTorch when it is installed); writes doc/results/training.md and the README table (~8 min on an H200)
+# bench-train: the training acceptance runs (R1, naive vs flash in B=4 micro-batches, throughput at B=16/64 beside PyTorch when it is installed); writes doc/results/training.md and the README table (~8 min on an H200); PARTS=acceptance or PARTS=speed runs one half (R1 and naive vs flash; or the timings with PyTorch's), each under 10 min, and the table is written once log/bench-train has both
 bench-train: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 	OUT=log/bench-train bash scripts/bench/40_train.sh
 

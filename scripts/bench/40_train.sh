@@ -14,6 +14,10 @@
 #      the libraries' floor of one step (scripts/torch/step_floor.py), for the side-by-side.
 # Logs and main.log files go to $OUT. Most of the wall time (about 8 minutes on an H200) is the all-naive runs and
 # torch.compile; every command has its own timeout.
+# PARTS="acceptance speed" (the default) runs both halves: "acceptance" is 1 and 2 (losses: no timing), "speed" is
+# 3 and 4 (ours and PyTorch's timings, together in one call so that their ratios are of the same card and session).
+# PARTS=acceptance or PARTS=speed runs one half, each within a 10-minute lent-GPU call; the table (5) is written
+# from both halves' logs in $OUT once both are there, each half's date stated.
 set -uo pipefail
 OUT=${OUT:-log/bench-train}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -22,6 +26,13 @@ stamp() { echo "== $1 ($(( $(date +%s) - t_all )) s elapsed)"; }
 [[ -x $bin ]] || { echo "missing $bin (see build.log)"; exit 1; }
 common=(-i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin
         --tokenizer data/gpt2_tokenizer.bin -e d12 --seed 42 -n -1)
+PARTS=${PARTS:-acceptance speed}
+for part in $PARTS; do [[ $part == acceptance || $part == speed ]] || { echo "PARTS: '$part' (acceptance, speed)"; exit 1; }; done
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+run_stamp="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) · $(date -u '+%Y-%m-%dT%H:%MZ')"  # this call's
+
+if has_part acceptance; then
+echo "$run_stamp" > "$OUT/acceptance.stamp"
 
 # --- 1. recipe R1 (scripts/r1.sh) ---
 # The acceptance run: seed 42, the default. How far the curve moves with the seed, and the same recipe in PyTorch:
@@ -62,6 +73,10 @@ nf_run flash-fp32 ./build/train_gpt2cu_fp32 --kernels flash
 { nf_diff naive flash | tail -n 1; nf_diff attention-naive flash | tail -n 1; nf_diff naive-fp32 flash-fp32 | tail -n 1; } |
   tee "$OUT/naive_vs_flash_more.txt"
 
+fi  # acceptance
+
+if has_part speed; then
+echo "$run_stamp" > "$OUT/speed.stamp"
 # --- 3. throughput (mean over the steps after the first; summary line per run) ---
 thr() {  # name B steps kernel-flags...
   local name=$1 B=$2 steps=$3; shift 3
@@ -90,10 +105,15 @@ elif python3 -c "import torch" 2>/dev/null; then
 else
   echo "no PyTorch here: skipped"
 fi
+fi  # speed
+
 # --- 5. the README table: doc/results/training.md, spliced between the training markers of README.md ---
+for part in acceptance speed; do
+  [[ -s $OUT/$part.stamp ]] || { echo "no table yet: $OUT has no '$part' half (PARTS=$part runs it)"; stamp "40_train done, rc=$rc"; exit $rc; }
+done
 {
-  echo "GPT-2 124M on TinyShakespeare, T=1024, BF16 build. Card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-       "· $(date -u '+%Y-%m-%dT%H:%MZ') · \`make bench-train\` (scripts/bench/40_train.sh)"
+  echo "GPT-2 124M on TinyShakespeare, T=1024, BF16 build. Card: $(cat "$OUT/speed.stamp") · \`make bench-train\`" \
+       "(scripts/bench/40_train.sh)"
   echo
   echo "| system | B | ms/step | tok/s | MFU | peak GPU memory |"
   echo "|---|--:|--:|--:|--:|--:|"
@@ -116,6 +136,7 @@ fi
   echo "MFU: FLOPs per token 6·N + 6·L·C·T (the causal attention counted; llmc/config.h, and scripts/torch/gpt2_train.py likewise) against the measured 790 TFLOP/s bf16 matmul ceiling."
   [[ -s "$OUT/torch_step_floor.txt" ]] && { echo; echo "The libraries' floor of one step (scripts/torch/step_floor.py: the step's cuBLAS matmuls + cuDNN attention, nothing else):"; echo; grep '^floor' "$OUT/torch_step_floor.txt" | sed 's/^/    /'; }
   echo
+  [[ $(cat "$OUT/acceptance.stamp") != $(cat "$OUT/speed.stamp") ]] && { echo "Run separately (PARTS=acceptance): R1 and naive vs flash below, $(cat "$OUT/acceptance.stamp")."; echo; }
   echo "Recipe R1 (llm.c's reference, val on the first val batch as llm.c evaluates it; acceptance ±0.1):"
   echo
   sed 's/^/    /' "$OUT/r1_check.txt"
