@@ -347,6 +347,10 @@ profile-step: build/train_gpt2cu_bf16 data
 long-context: build/train_gpt2cu_bf16 data
 	OUT=log/long-context bash scripts/bench/70_long_context.sh
 
+# long-context-curve: d12 from random weights, 16,384 tokens per step, 300 steps at T=1024 (B=16) and T=8192 (B=2), val every 25: the two val curves (doc/results/long_context_curve.{md,png}), spliced into doc/long_context.md (~1 min on an H200)
+long-context-curve: build/train_gpt2cu_bf16 build/plot_loss data
+	OUT=log/long-context-curve bash scripts/bench/71_long_context_curve.sh
+
 # distributed: data parallel checks: --num-gpus 1 (NCCL) gives the plain trainer's bits; with 2+ GPUs, R1 on 2 GPUs against 1 and the throughput ratio; writes doc/results/distributed.md and the README table (~2 min on 2 H200s)
 distributed: build/train_gpt2cu_bf16 build/test_gpu_fp32 build/test_gpu_bf16 data
 	OUT=log/distributed bash scripts/bench/60_distributed.sh
@@ -362,4 +366,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data tools sample plots export-hf import-hf test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context distributed all clean help
+.PHONY: data tools sample plots export-hf import-hf test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context long-context-curve distributed all clean help
