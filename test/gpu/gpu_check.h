@@ -16,8 +16,11 @@
 #include <unistd.h>
 
 #include "llmc/correctness.h"
+#include "llmc/dataloader.h"  // write_token_file
+#include "llmc/fileio.h"
 #include "llmc/kernels.h"
 #include "llmc/sampler.h"
+#include "llmc/tokenizer.h"   // TOKENIZER_MAGIC
 
 namespace flashgpt2::gtest {
 
@@ -130,6 +133,27 @@ inline std::vector<int> random_tokens(size_t n, int V, Rng& rng) {
     for (auto& x : v) x = (int)(rng.next_u32() % (uint32_t)V);
     return v;
 }
+
+// ---- files for whole training runs (train()): token data and a tokenizer ----
+// n random tokens of a V-token vocabulary, as a token file (llmc/dataloader.h's format).
+inline void write_random_tokens(const std::string& path, size_t n, int V, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<uint16_t> t(n);
+    for (auto& x : t) x = (uint16_t)(rng.next_u32() % (uint32_t)V);
+    write_token_file(path, t);
+}
+// A tokenizer file for a V-token vocabulary: token i is one letter, EOT the last id.
+inline void write_letter_tokenizer(const std::string& path, int V) {
+    std::string data(256 * sizeof(uint32_t), '\0');
+    const uint32_t h[4] = {TOKENIZER_MAGIC, 2, (uint32_t)V, (uint32_t)V - 1};
+    memcpy(&data[0], h, sizeof h);
+    for (int i = 0; i < V; i++) {
+        data += (char)1;
+        data += (char)('a' + i % 26);
+    }
+    write_file_atomic(path, data);
+}
+
 // Values as the storage type holds them (for an oracle input that came out of a GPU kernel).
 inline std::vector<double> rounded_x(std::vector<double> v) {
     for (auto& x : v) x = from_x(to_x(x));

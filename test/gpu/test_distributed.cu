@@ -23,6 +23,8 @@
 
 using namespace flashgpt2;
 using gtest::TempDir;
+using gtest::write_letter_tokenizer;
+using gtest::write_random_tokens;
 
 namespace {
 
@@ -38,19 +40,9 @@ TrainOptions tiny_run(const TempDir& dir) {
     const GPT2Config c = tiny_config();
     const std::vector<float> init = gpt2_initial_weights(c, 5);
     save_checkpoint(dir / "init.bin", c, init.data());
-    auto tokens = [&](const char* name, size_t n, uint64_t seed) {
-        Rng rng(seed);
-        std::vector<uint16_t> t(n);
-        for (auto& x : t) x = (uint16_t)(rng.next_u32() % (uint32_t)c.vocab_size);
-        write_token_file(dir / name, t);
-    };
-    tokens("train.bin", 6000, 1);
-    tokens("val.bin", 900, 2);
-    std::string tok(256 * sizeof(uint32_t), '\0');  // token i = one letter, EOT the last id
-    const uint32_t h[4] = {TOKENIZER_MAGIC, 2, (uint32_t)c.vocab_size, (uint32_t)c.vocab_size - 1};
-    memcpy(&tok[0], h, sizeof h);
-    for (int i = 0; i < c.vocab_size; i++) tok += std::string{(char)1, (char)('a' + i % 26)};
-    write_file_atomic(dir / "tok.bin", tok);
+    write_random_tokens(dir / "train.bin", 6000, c.vocab_size, 1);
+    write_random_tokens(dir / "val.bin", 900, c.vocab_size, 2);
+    write_letter_tokenizer(dir / "tok.bin", c.vocab_size);
     TrainOptions o;
     o.train_glob = dir / "train.bin", o.val_glob = dir / "val.bin", o.tokenizer = dir / "tok.bin";
     o.init = dir / "init.bin";

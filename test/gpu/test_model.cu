@@ -12,7 +12,7 @@
 #define TESTING
 #include "train_gpt2.cu"
 #include "llmc/ref/ref.h"  // the oracle: model, layers, AdamW
-#include "test/gpu/gpu_check.h"            // error measure, random tokens
+#include "test/gpu/gpu_check.h"            // error measure, random tokens, token and tokenizer files
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -76,6 +76,8 @@ std::vector<float> as_floatX(std::vector<float> p) {
 
 using gtest::random_tokens;
 using gtest::TempDir;
+using gtest::write_letter_tokenizer;
+using gtest::write_random_tokens;
 
 // The error of one tensor (n floats) against the oracle's, by the per-layer tests' measure (gpu_check.h).
 rule::ErrorStats tensor_err(const float* got, const float* want, size_t n) {
@@ -292,25 +294,6 @@ void check_kv_cache(const GPT2Config& cfg, int T, const NamedSet& set, uint64_t 
 }
 
 // ---- 4. checkpoint and resume ---------------------------------------------------------------------------
-
-void write_random_tokens(const std::string& path, size_t n, int V, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<uint16_t> t(n);
-    for (auto& x : t) x = (uint16_t)(rng.next_u32() % (uint32_t)V);
-    write_token_file(path, t);
-}
-
-// A tokenizer file for a V-token vocabulary: token i is one letter, EOT the last id.
-void write_letter_tokenizer(const std::string& path, int V) {
-    std::string data(256 * sizeof(uint32_t), '\0');
-    const uint32_t h[4] = {TOKENIZER_MAGIC, 2, (uint32_t)V, (uint32_t)V - 1};
-    memcpy(&data[0], h, sizeof h);
-    for (int i = 0; i < V; i++) {
-        data += (char)1;
-        data += (char)('a' + i % 26);
-    }
-    write_file_atomic(path, data);
-}
 
 std::string read_bytes(const std::string& path) { return read_file(path); }
 
