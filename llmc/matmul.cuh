@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <set>
 
 #include "llmc/error.h"
 #include "llmc/fileio.h"
@@ -77,7 +76,6 @@ constexpr int MATMUL_TUNE_CANDIDATES = 8, MATMUL_TUNE_RUNS = 5;
 struct MatmulAlgos {
     bool timing = false;
     MatmulAlgoTable table;
-    std::set<MatmulKey> checked;  // loaded entries that cublasLtMatmulAlgoCheck has accepted for their call
     int force_pick = -1;          // the GPU test: while timing, take this candidate (if it runs) instead of the fastest
 };
 inline MatmulAlgos& matmul_algos() {
@@ -102,8 +100,7 @@ inline void load_matmul_algos(const std::string& path) {
     if (t.device != here)
         fail("%s: made on '%s', this is '%s': its algorithms may not run or be the fastest here (start a run with "
              "--matmul-algos tune to make a table for this card)", path.c_str(), t.device.c_str(), here.c_str());
-    matmul_algos().table = std::move(t);
-    matmul_algos().checked.clear();
+    matmul_algos().table = std::move(t);  // its entries are checked at their first call
 }
 
 inline void save_matmul_algos(const std::string& path) {
@@ -222,17 +219,17 @@ inline void cublaslt_matmul(floatX* d, const floatX* a, const floatX* b, int m, 
             c.us = median[c.pick] * 1000.0f;  // the time of the one kept
         }
         memcpy(c.algo.data(), &heur[c.pick].algo, sizeof(cublasLtMatmulAlgo_t));
+        c.checked = true;  // the heuristic offered it for this very call
         it = ma.table.calls.emplace(key, c).first;
-        ma.checked.insert(key);
     }
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, it->second.algo.data(), sizeof algo);
-    if (!ma.checked.count(key)) {  // from a loaded table: it must run this call as it is described here
+    if (!it->second.checked) {  // from a loaded table: it must run this call as it is described here
         cublasLtMatmulHeuristicResult_t check;
         if (cublasLtMatmulAlgoCheck(bl.lt, op, la, lb, ld_, ld_, &algo, &check) != CUBLAS_STATUS_SUCCESS)
             fail("matmul algorithm table: its algorithm for m=%d n=%d k=%d (epilogue %d) does not run this call",
                  m, n, k, (int)epilogue);
-        ma.checked.insert(key);
+        it->second.checked = true;
     }
     cublasCheck(run(algo));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));

@@ -31,6 +31,7 @@ struct MatmulChoice {
     std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t's opaque bytes
     float us = 0.0f;                 // its median time when tuned; 0: not timed (the heuristic's first)
     int pick = 0, candidates = 1;    // which of the heuristic's candidates, out of how many
+    bool checked = false;            // not in the file: cuBLASLt has accepted `algo` for this call in this process
 };
 
 struct MatmulAlgoTable {

@@ -389,6 +389,19 @@ TEST_CASE("matmul: the algorithm a table names is the one that runs (--matmul-al
     ma = MatmulAlgos{};
     load_matmul_algos(file);
     CHECK_MESSAGE(run() == other_bits, "the loaded table's algorithm (candidate " << other << ") did not run");
+    // a loaded entry whose algorithm cuBLASLt does not accept for its call (an algorithm id it does not have) is
+    // refused at that call, with one line that says so
+    ma = MatmulAlgos{};
+    load_matmul_algos(file);
+    {
+        MatmulChoice& c = ma.table.calls.begin()->second;
+        cublasLtMatmulAlgo_t algo;
+        memcpy(&algo, c.algo.data(), sizeof algo);
+        const int no_such_id = 1 << 20;
+        cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &no_such_id, sizeof no_such_id));
+        memcpy(c.algo.data(), &algo, sizeof algo);
+    }
+    CHECK_THROWS_WITH_AS(run(), doctest::Contains("does not run this call"), Error);
     // a table made elsewhere is refused, with one line that says so
     std::string text = read_file(file);
     text.replace(text.find("\ndevice ") + 8, 0, "another ");

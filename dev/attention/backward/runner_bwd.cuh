@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,15 +44,10 @@ using harness::Range;
 constexpr int kSampledFromT = 4096;  // from this T on, the oracle checks sampled rows and keys
 
 // The oracle on whole heads `heads` (b·NH + h): packed as the heads of one batch row, so ref's loop over heads
-// runs them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only.
-// Also `o_err`, per tensor, the error the flash backwards inherit from their input O: they form D_i =
-// rowsum(dO_i * O_i) from o_used, the forward's stored bf16 output (B, T, NH, HS), not from the exact O
-// (FlashAttention-2 does the same; the naive backward sums P * dP instead). dS_ij then moves by -P_ij dD_i, so
-// dQ_i moves by -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the
-// bf16 rule's atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
+// runs them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only, and every
+// row's lse_i and D_i = dO_i · O_i of the checked heads (for o_err_allowance).
 inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                            const std::vector<float>& o_used, const std::vector<int>& heads, std::vector<double> (&d)[3],
-                            double (&o_err)[3]) {
+                            const std::vector<int>& heads, std::vector<double> (&d)[3], ref::SampledAttention& rows) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = s.NH * s.HS, Cn = n * HS;
     std::vector<double> q3((size_t)T * 3 * Cn), o((size_t)T * Cn), dO((size_t)T * Cn), dq3((size_t)T * 3 * Cn, 0.0);
     std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T), dpre((size_t)n * T * T, 0.0),
@@ -73,47 +69,35 @@ inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const
             for (int x = 0; x < HS; x++)
                 for (int w = 0; w < 3; w++)
                     d[w][((size_t)heads[hh] * T + t) * HS + x] = dq3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x];
+    rows.lse_all.assign((size_t)n * T, 0.0), rows.D_all.assign((size_t)n * T, 0.0);
+    for (int hh = 0; hh < n; hh++)
+        for (int i = 0; i < T; i++) {
+            const double* S = preatt.data() + ((size_t)hh * T + i) * T;  // row i's scaled scores, keys 0..i
+            const double m = *std::max_element(S, S + i + 1);
+            double l = 0.0;
+            for (int j = 0; j <= i; j++) l += std::exp(S[j] - m);
+            rows.lse_all[(size_t)hh * T + i] = m + std::log(l);
+            for (int x = 0; x < HS; x++)
+                rows.D_all[(size_t)hh * T + i] += dO[(size_t)i * Cn + hh * HS + x] * o[(size_t)i * Cn + hh * HS + x];
+        }
+}
 
+// `o_err`, per tensor, the error the flash backwards inherit from their input O, at the checked rows (dQ) and keys
+// (dK): they form D_i = rowsum(dO_i * O_i) from o_used, the forward's stored bf16 output (B, T, NH, HS), not from
+// the exact O (FlashAttention-2 does the same; the naive backward sums P * dP instead). With the exact lse_i and
+// D_i of the checked heads (`a`), dD_i = dO_i · o_used_i - D_i; dS_ij then moves by -P_ij dD_i, so dQ_i moves by
+// -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i; their largest sizes join the bf16 rule's
+// atol. (On tiny T the naive error can be far below this, e.g. T = 2: 1.4e-4 vs 4.4e-4 in dK.)
+inline void o_err_allowance(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                            const std::vector<float>& o_used, const std::vector<int>& heads, const std::vector<int>& rows,
+                            const std::vector<int>& keys, const ref::SampledAttention& a, double (&o_err)[3]) {
+    const int T = s.T, HS = s.HS, C = s.NH * HS, n = (int)heads.size();
     const double scale = 1.0 / std::sqrt((double)HS);
     std::vector<double> err_q(n, 0.0), err_k(n, 0.0);  // per head, reduced below
 #pragma omp parallel for
     for (int hh = 0; hh < n; hh++) {
         const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
-        const double* P = att.data() + (size_t)hh * T * T;  // (T, T), row i = query
-        const auto q = [&](int t, int w, int x) { return q3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x]; };
-        std::vector<double> dD(T), ddk((size_t)T * HS, 0.0);
-        for (int i = 0; i < T; i++) {
-            dD[i] = 0.0;
-            for (int x = 0; x < HS; x++)
-                dD[i] += dO[(size_t)i * Cn + hh * HS + x] *
-                         (o_used[((size_t)b * T + i) * C + h * HS + x] - o[(size_t)i * Cn + hh * HS + x]);
-        }
-        for (int i = 0; i < T; i++)
-            for (int x = 0; x < HS; x++) {
-                double pk = 0.0;  // sum_j P_ij K_j
-                for (int j = 0; j <= i; j++) pk += P[(size_t)i * T + j] * q(j, 1, x);
-                err_q[hh] = std::max(err_q[hh], std::abs(scale * dD[i] * pk));
-                for (int j = 0; j <= i; j++) ddk[(size_t)j * HS + x] += P[(size_t)i * T + j] * dD[i] * q(i, 0, x);
-            }
-        for (double v : ddk) err_k[hh] = std::max(err_k[hh], std::abs(scale * v));
-    }
-    o_err[0] = *std::max_element(err_q.begin(), err_q.end());
-    o_err[1] = *std::max_element(err_k.begin(), err_k.end());
-    o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
-}
-
-// The same allowance where the oracle checks sampled rows and keys (long T). The sampled oracle has every row's
-// exact lse_i and D_i = dO_i · O_i of the checked heads, so dD_i = dO_i · o_used_i - D_i; then dQ moves at the
-// sampled rows and dK at the sampled keys as above.
-inline void sampled_o_err(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                          const std::vector<float>& o_used, const std::vector<int>& heads, const std::vector<int>& rows,
-                          const std::vector<int>& keys, const ref::SampledAttention& a, double (&o_err)[3]) {
-    const int T = s.T, HS = s.HS, C = s.NH * HS;
-    const double scale = 1.0 / std::sqrt((double)HS);
-    o_err[0] = o_err[1] = o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
-    for (size_t hh = 0; hh < heads.size(); hh++) {
-        const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
-        const double* lse = a.lse_all.data() + hh * T;
+        const double* lse = a.lse_all.data() + (size_t)hh * T;
         const auto x = [&](int t, int w) { return &qkv[(((size_t)b * T + t) * 3 + w) * C + (size_t)h * HS]; };
         const auto row = [&](const std::vector<float>& v, int t) { return &v[((size_t)b * T + t) * C + (size_t)h * HS]; };
         const auto dot = [&](const float* p, const float* q) {
@@ -122,25 +106,29 @@ inline void sampled_o_err(const Shape& s, const std::vector<float>& qkv, const s
             return r;
         };
         std::vector<double> dD(T);
-        for (int i = 0; i < T; i++) dD[i] = dot(row(dout, i), row(o_used, i)) - a.D_all[hh * T + i];
+        for (int i = 0; i < T; i++) dD[i] = dot(row(dout, i), row(o_used, i)) - a.D_all[(size_t)hh * T + i];
         const auto P = [&](int i, int j) { return std::exp(scale * dot(x(i, 0), x(j, 1)) - lse[i]); };
+        std::vector<double> acc(HS);
         for (int i : rows) {  // dQ_i moves by -scale dD_i sum_j P_ij K_j
-            std::vector<double> pk(HS, 0.0);
+            std::fill(acc.begin(), acc.end(), 0.0);
             for (int j = 0; j <= i; j++) {
                 const double p = P(i, j);
-                for (int d = 0; d < HS; d++) pk[d] += p * x(j, 1)[d];
+                for (int d = 0; d < HS; d++) acc[d] += p * x(j, 1)[d];
             }
-            for (int d = 0; d < HS; d++) o_err[0] = std::max(o_err[0], std::abs(scale * dD[i] * pk[d]));
+            for (int d = 0; d < HS; d++) err_q[hh] = std::max(err_q[hh], std::abs(scale * dD[i] * acc[d]));
         }
         for (int j : keys) {  // dK_j moves by -scale sum_i P_ij dD_i Q_i
-            std::vector<double> acc(HS, 0.0);
+            std::fill(acc.begin(), acc.end(), 0.0);
             for (int i = j; i < T; i++) {
                 const double w = P(i, j) * dD[i];
                 for (int d = 0; d < HS; d++) acc[d] += w * x(i, 0)[d];
             }
-            for (int d = 0; d < HS; d++) o_err[1] = std::max(o_err[1], std::abs(scale * acc[d]));
+            for (int d = 0; d < HS; d++) err_k[hh] = std::max(err_k[hh], std::abs(scale * acc[d]));
         }
     }
+    o_err[0] = *std::max_element(err_q.begin(), err_q.end());
+    o_err[1] = *std::max_element(err_k.begin(), err_k.end());
+    o_err[2] = 0.0;  // dV = Pᵀ dO does not read D
 }
 
 // dqkv (B, T, 3, NH, HS) bf16 on the device -> dq, dk, dv as float in (B, NH, T, HS) order.
@@ -218,9 +206,13 @@ struct Problem {
             const ref::SampledAttention a = ref::attention_sampled(h_qkv.data(), h_dout.data(), s.T, C, s.NH, heads, rows, keys);
             ref[0] = a.dq, ref[1] = a.dk, ref[2] = a.dv;
             for (int w = 0; w < 3; w++) ranges[w] = {{0, ref[w].size()}};
-            sampled_o_err(s, h_qkv, h_dout, o_used(), heads, rows, keys, a, o_err);
+            o_err_allowance(s, h_qkv, h_dout, o_used(), heads, rows, keys, a, o_err);
         } else {
-            oracle_backward(s, h_qkv, h_dout, o_used(), heads, ref, o_err);
+            ref::SampledAttention a;  // every row's lse and D: the allowance is taken at every row and key
+            oracle_backward(s, h_qkv, h_dout, heads, ref, a);
+            std::vector<int> every(s.T);
+            std::iota(every.begin(), every.end(), 0);
+            o_err_allowance(s, h_qkv, h_dout, o_used(), heads, every, every, a, o_err);
             for (int w = 0; w < 3; w++)
                 for (int bh : heads) ranges[w].push_back({(size_t)bh * s.T * s.HS, (size_t)(bh + 1) * s.T * s.HS});
             for (auto& r : ref) ref_cat.insert(ref_cat.end(), r.begin(), r.end());
