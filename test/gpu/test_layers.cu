@@ -389,17 +389,20 @@ TEST_CASE("matmul: the algorithm a table names is the one that runs (--matmul-al
     ma = MatmulAlgos{};
     load_matmul_algos(file);
     CHECK_MESSAGE(run() == other_bits, "the loaded table's algorithm (candidate " << other << ") did not run");
-    // a loaded entry whose algorithm cuBLASLt does not accept for its call (an algorithm id it does not have) is
+    // a loaded entry whose algorithm cuBLASLt does not accept for its call (one made for other data types) is
     // refused at that call, with one line that says so
     ma = MatmulAlgos{};
     load_matmul_algos(file);
     {
-        MatmulChoice& c = ma.table.calls.begin()->second;
+        const cudaDataType_t other = sizeof(floatX) == 2 ? CUDA_R_32F : CUDA_R_16BF;  // not this build's floatX
+        int id = -1, ids = 0;
+        REQUIRE(cublasLtMatmulAlgoGetIds(blas().lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, other, other, other, other, 1, &id,
+                                         &ids) == CUBLAS_STATUS_SUCCESS);
+        REQUIRE(ids == 1);
         cublasLtMatmulAlgo_t algo;
-        memcpy(&algo, c.algo.data(), sizeof algo);
-        const int no_such_id = 1 << 20;
-        cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &no_such_id, sizeof no_such_id));
-        memcpy(c.algo.data(), &algo, sizeof algo);
+        REQUIRE(cublasLtMatmulAlgoInit(blas().lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, other, other, other, other, id, &algo) ==
+                CUBLAS_STATUS_SUCCESS);
+        memcpy(ma.table.calls.begin()->second.algo.data(), &algo, sizeof algo);
     }
     CHECK_THROWS_WITH_AS(run(), doctest::Contains("does not run this call"), Error);
     // a table made elsewhere is refused, with one line that says so
