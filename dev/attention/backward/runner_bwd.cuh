@@ -47,7 +47,7 @@ constexpr int kSampledFromT = 4096;  // from this T on, the oracle checks sample
 // runs them in parallel. Outputs dq, dk, dv in (B, NH, T, HS) order, filled on the checked heads only, and every
 // row's lse_i and D_i = dO_i · O_i of the checked heads (for o_err_allowance).
 inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                            const std::vector<int>& heads, std::vector<double> (&d)[3], ref::SampledAttention& rows) {
+                            const std::vector<int>& heads, std::vector<double> (&d)[3], ref::SampledAttention& stats) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = s.NH * s.HS, Cn = n * HS;
     std::vector<double> q3((size_t)T * 3 * Cn), o((size_t)T * Cn), dO((size_t)T * Cn), dq3((size_t)T * 3 * Cn, 0.0);
     std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T), dpre((size_t)n * T * T, 0.0),
@@ -69,16 +69,16 @@ inline void oracle_backward(const Shape& s, const std::vector<float>& qkv, const
             for (int x = 0; x < HS; x++)
                 for (int w = 0; w < 3; w++)
                     d[w][((size_t)heads[hh] * T + t) * HS + x] = dq3[(size_t)t * 3 * Cn + w * Cn + hh * HS + x];
-    rows.lse_all.assign((size_t)n * T, 0.0), rows.D_all.assign((size_t)n * T, 0.0);
+    stats.lse_all.assign((size_t)n * T, 0.0), stats.D_all.assign((size_t)n * T, 0.0);
     for (int hh = 0; hh < n; hh++)
         for (int i = 0; i < T; i++) {
             const double* S = preatt.data() + ((size_t)hh * T + i) * T;  // row i's scaled scores, keys 0..i
             const double m = *std::max_element(S, S + i + 1);
             double l = 0.0;
             for (int j = 0; j <= i; j++) l += std::exp(S[j] - m);
-            rows.lse_all[(size_t)hh * T + i] = m + std::log(l);
+            stats.lse_all[(size_t)hh * T + i] = m + std::log(l);
             for (int x = 0; x < HS; x++)
-                rows.D_all[(size_t)hh * T + i] += dO[(size_t)i * Cn + hh * HS + x] * o[(size_t)i * Cn + hh * HS + x];
+                stats.D_all[(size_t)hh * T + i] += dO[(size_t)i * Cn + hh * HS + x] * o[(size_t)i * Cn + hh * HS + x];
         }
 }
 
