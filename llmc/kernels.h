@@ -206,6 +206,10 @@ inline void check_kernel_support(const KernelSet& ks, int C, int NH) {
     if ((ks.flash(Layer::encoder) || ks.flash(Layer::layernorm) || ks.flash(Layer::matmul)) && C % X128 != 0)
         fail("channels %d: the flash encoder, layernorm and matmul read 16-byte vectors, so channels must be a "
              "multiple of %d (or use --encoder naive --layernorm naive --matmul naive)", C, X128);
+    if (ks.flash(Layer::layernorm) && layernorm_backward_flash_smem(C) > 227 * 1024)
+        fail("channels %d: the flash layernorm backward keeps 3 accumulators of the row per warp, %zu bytes of shared "
+             "memory, over the 227 KiB of a block (at most 2304 channels; or use --layernorm naive)", C,
+             layernorm_backward_flash_smem(C));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -266,14 +270,16 @@ inline void residual_layernorm_forward(const OpContext& ctx, floatX* residual_ou
 }
 
 // dinp (N,C) += ..., dw (C) += ..., db (C) += ...;  dout (N,C), inp (N,C) the forward input.
-inline void layernorm_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
-                               const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
-                               int C) {
+// dsum (C) += the column sums of dinp after the add, or nullptr. In a block dinp is the residual stream's
+// gradient, so dsum is the bias gradient of the matmul whose output joined the stream there.
+inline void layernorm_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* db, floatX* dsum,
+                               const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                               const float* rstd, int N, int C) {
     ProfileSpan s(ctx.prof, Layer::layernorm, Pass::backward, ctx.stream);
     if (ctx.ks.naive(Layer::layernorm))
-        layernorm_backward_naive(dinp, dw, db, ctx.ws, dout, inp, w, mean, rstd, N, C, ctx.stream);
+        layernorm_backward_naive(dinp, dw, db, dsum, ctx.ws, dout, inp, w, mean, rstd, N, C, ctx.stream);
     else
-        layernorm_backward_flash(dinp, dw, db, ctx.ws, dout, inp, w, mean, rstd, N, C, ctx.stream);
+        layernorm_backward_flash(dinp, dw, db, dsum, ctx.ws, dout, inp, w, mean, rstd, N, C, ctx.stream);
 }
 
 // out (N,OC) = inp (N,C) @ w^T + bias;  w (OC,C) as in llm.c; bias (OC) or nullptr.

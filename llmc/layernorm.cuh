@@ -110,9 +110,18 @@ static __global__ void layernorm_backward_dwdb_naive_kernel(floatX* dw, floatX* 
     db[c] = from_float<floatX>(to_float(db[c]) + sb);
 }
 
-inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, void* ws, const floatX* dout,
-                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
-                                     int C, cudaStream_t stream) {
+// Backward, pass 4 (when asked): dsum[c] += sum_n dinp[n, c] of the finished dinp, one column per thread.
+static __global__ void layernorm_backward_colsum_naive_kernel(floatX* dsum, const floatX* dinp, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int n = 0; n < N; n++) s += to_float(dinp[(size_t)n * C + c]);
+    dsum[c] = from_float<floatX>(to_float(dsum[c]) + s);
+}
+
+inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, floatX* dsum, void* ws,
+                                     const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                                     const float* rstd, int N, int C, cudaStream_t stream) {
     WorkspaceCarver carve(ws);
     float* m1 = carve.take<float>(N);  // (N) mean(dnorm)
     float* m2 = carve.take<float>(N);  // (N) mean(dnorm * norm)
@@ -123,6 +132,10 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, void*
     cudaCheckLaunch();
     layernorm_backward_dwdb_naive_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
     cudaCheckLaunch();
+    if (dsum) {
+        layernorm_backward_colsum_naive_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dsum, dinp, N, C);
+        cudaCheckLaunch();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -130,7 +143,8 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, void*
 
 constexpr int LN_WARPS = 4;              // forward: rows per block (one warp each)
 constexpr int LN_BWD_WARPS = 8;          // backward: warps per block, each taking a row at a time
-constexpr int LN_BWD_MAX_BLOCKS = 512;   // backward grid: rows are strided over at most this many blocks
+constexpr int LN_BWD_MAX_BLOCKS = 384;   // backward grid: rows are strided over at most this many blocks (one wave
+                                         // of 3 per SM on a 132-SM H100/H200)
 
 // Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
@@ -220,117 +234,173 @@ inline void residual_layernorm_forward_flash(floatX* residual_out, floatX* out, 
     layernorm_forward_flash_launch<true>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C, stream);
 }
 
+// The backward's shared memory: acc_dw, acc_db, acc_ds for each warp of a block (C <= 2304 fit in 227 KiB).
+inline size_t layernorm_backward_flash_smem(int C) { return (size_t)3 * LN_BWD_WARPS * ln_row_slots(C) * sizeof(float); }
+
 inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_BWD_WARPS)); }
 
 inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
     if (v == Variant::naive) return 2 * ws_round((size_t)N * sizeof(float));
-    return 2 * ws_round((size_t)ln_bwd_blocks(N) * C * sizeof(float));
+    return 3 * ws_round((size_t)ln_bwd_blocks(N) * C * sizeof(float));
+}
+
+// The arithmetic of one 16-byte chunk of a row (chunk it of this lane): pass 1 adds dout*norm and dout into the
+// warp's dw/db accumulators and the row sums s1 = sum of dnorm, s2 = sum of dnorm*norm; pass 2, once s1 and s2
+// are known, adds the row's dinp into d and the result into the warp's column sums of dinp.
+__device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Packed128<floatX>& xv,
+                                            const Packed128<floatX>& wv, float m, float s, float* acc_dw,
+                                            float* acc_db, int it, int lane, float& s1, float& s2) {
+    for (int e = 0; e < X128; e++) {
+        const int k = ln_slot(it, e, lane);
+        const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
+        acc_dw[k] += gf * norm;
+        acc_db[k] += gf;
+        s1 += dnorm;
+        s2 += dnorm * norm;
+    }
+}
+__device__ __forceinline__ void ln_bwd_dinp(Packed128<floatX>& d, const Packed128<floatX>& g,
+                                            const Packed128<floatX>& xv, const Packed128<floatX>& wv, float m,
+                                            float s, float m1, float m2, float* acc_ds, int it, int lane) {
+    for (int e = 0; e < X128; e++) {
+        const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
+        d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
+        acc_ds[ln_slot(it, e, lane)] += to_float(d[e]);  // the column sum of dinp as stored
+    }
+}
+
+// An empty asm that the compiler must assume changes x: pass 2 then unpacks the row again from its packed
+// registers (4 per 16 bytes) instead of keeping pass 1's unpacked floats alive across the row sums (8 per 16
+// bytes in the BF16 build), which would not fit 3 blocks per SM. No instruction is emitted.
+template <class T>
+__device__ __forceinline__ void keep_packed(Packed128<T>& x) {
+    uint32_t* r = reinterpret_cast<uint32_t*>(&x);
+    asm volatile("" : "+r"(r[0]), "+r"(r[1]), "+r"(r[2]), "+r"(r[3]));
 }
 
 // Each warp takes rows n = warp_global, + G*LN_BWD_WARPS, ...: it reads its row's dout and inp, adds
-// dout*norm, dout into its own dw/db accumulators (shared memory) and the row sums s1, s2; then it reads
-// the row again (from L1/L2, not HBM: it was just read) to write dinp. Only the two accumulators live in
-// shared memory (6 KB per warp, 48 KB per block at C=768), so 4 blocks of 8 warps fit in an SM's shared
-// memory: more warps in flight to hide the loads' latency, which is what bounds this kernel. At the end the
-// block sums its warps (fixed order) into partial_dw/partial_db[blockIdx.x] (G, C). (Caching the row in shared
-// memory too, with 4-warp blocks, was slower: doc/kernels.md.)
-static __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
-    layernorm_backward_flash_kernel(floatX* dinp, float* partial_dw, float* partial_db, const floatX* dout,
-                                    const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
-                                    int C) {
+// dout*norm, dout into its own dw/db accumulators (shared memory) and the row sums s1, s2; then it writes
+// dinp and adds it into a third accumulator, the column sums of dinp. dinp is the gradient of the residual
+// stream here, and its column sums are the bias gradient of the matmul whose output joined the stream (attproj
+// after ln2, fcproj after the next block's ln1 or lnf), which so needs no column sum of its own. Only the
+// accumulators live in shared memory (9 KB per warp, 72 KB per block at C=768); the row does not, so three
+// 8-warp blocks fit in an SM: warps in flight to hide the loads' latency, which is what bounds this kernel. At
+// the end the block sums its warps (fixed order) into partial[a][blockIdx.x] (3, G, C). (Caching the row in
+// shared memory too, with 4-warp blocks, was slower: doc/kernels.md.)
+// RS > 0 (rows of up to RS sweeps of 32 lanes x 16 bytes: C <= 768 in the BF16 build, 384 in FP32): the row's
+// dout, inp and the dinp it adds to are held in registers (80 per thread: 3 blocks per SM), all loaded before
+// the first is used, so a row waits for HBM once. RS = 0 (any C): a sweep at a time, and the row read a second
+// time (from L1/L2) to write dinp. Both do the same arithmetic in the same order.
+template <int RS>
+static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 3)
+    layernorm_backward_flash_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp,
+                                    const floatX* w, const float* mean, const float* rstd, int N, int C) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slots = ln_row_slots(C), sweeps = ceil_div(C, 32 * X128);
     float* acc_dw = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
     float* acc_db = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
-    for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; }
+    float* acc_ds = smem + (size_t)(2 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's column sums of dinp
+    for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; acc_ds[i] = 0.0f; }
 
     for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
         const size_t row = (size_t)n * C;
         const float m = mean[n], s = rstd[n];
         float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
-        for (int it = 0; it < sweeps; it++) {
-            int c = (it * 32 + lane) * X128;
-            if (c >= C) break;
-            Packed128<floatX> g = load128(dout + row + c), xv = load128(inp + row + c), wv = load128(w + c);
-            for (int e = 0; e < X128; e++) {
-                int k = ln_slot(it, e, lane);
-                float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
-                acc_dw[k] += gf * norm;
-                acc_db[k] += gf;
-                s1 += dnorm;
-                s2 += dnorm * norm;
+        if constexpr (RS > 0) {
+            Packed128<floatX> g[RS], xv[RS], d[RS];  // (RS chunks of 16 bytes) this lane's part of the row
+#pragma unroll
+            for (int it = 0; it < RS; it++) {  // every load of the row in flight at once
+                const int c = (it * 32 + lane) * X128;
+                if (c < C) g[it] = load128(dout + row + c), xv[it] = load128(inp + row + c), d[it] = load128(dinp + row + c);
             }
-        }
-        const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
-        for (int it = 0; it < sweeps; it++) {  // the second read of the row: cache hits
-            int c = (it * 32 + lane) * X128;
-            if (c >= C) break;
-            Packed128<floatX> g = load128(dout + row + c), xv = load128(inp + row + c), wv = load128(w + c);
-            Packed128<floatX> d = load128(dinp + row + c);
-            for (int e = 0; e < X128; e++) {
-                float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
-                d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
+#pragma unroll
+            for (int it = 0; it < RS; it++) {
+                const int c = (it * 32 + lane) * X128;
+                if (c < C) ln_bwd_sums(g[it], xv[it], load128(w + c), m, s, acc_dw, acc_db, it, lane, s1, s2);
             }
-            store128(dinp + row + c, d);
+            const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
+#pragma unroll
+            for (int it = 0; it < RS; it++) keep_packed(g[it]), keep_packed(xv[it]);
+#pragma unroll
+            for (int it = 0; it < RS; it++) {
+                const int c = (it * 32 + lane) * X128;
+                if (c >= C) continue;
+                ln_bwd_dinp(d[it], g[it], xv[it], load128(w + c), m, s, m1, m2, acc_ds, it, lane);
+                store128(dinp + row + c, d[it]);
+            }
+        } else {
+            for (int it = 0; it < sweeps; it++) {
+                const int c = (it * 32 + lane) * X128;
+                if (c >= C) break;
+                ln_bwd_sums(load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, acc_dw, acc_db, it,
+                            lane, s1, s2);
+            }
+            const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
+            for (int it = 0; it < sweeps; it++) {  // the second read of the row: cache hits
+                const int c = (it * 32 + lane) * X128;
+                if (c >= C) break;
+                Packed128<floatX> d = load128(dinp + row + c);
+                ln_bwd_dinp(d, load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, m1, m2, acc_ds,
+                            it, lane);
+                store128(dinp + row + c, d);
+            }
         }
     }
-    __syncthreads();  // every warp's acc_dw/acc_db is final before threads read other warps' accumulators
+    __syncthreads();  // every warp's accumulators are final before threads read other warps' accumulators
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const int it = c / (32 * X128), lane_c = (c / X128) % 32, e = c % X128, k = ln_slot(it, e, lane_c);
-        float sw = 0.0f, sb = 0.0f;
-        for (int wi = 0; wi < LN_BWD_WARPS; wi++) {  // fixed order: deterministic
-            sw += smem[(size_t)(0 * LN_BWD_WARPS + wi) * slots + k];
-            sb += smem[(size_t)(1 * LN_BWD_WARPS + wi) * slots + k];
+        for (int a = 0; a < 3; a++) {  // dw, db, the column sums of dinp
+            float sum = 0.0f;
+            for (int wi = 0; wi < LN_BWD_WARPS; wi++) sum += smem[(size_t)(a * LN_BWD_WARPS + wi) * slots + k];  // fixed order
+            partial[((size_t)a * gridDim.x + blockIdx.x) * C + c] = sum;
         }
-        partial_dw[(size_t)blockIdx.x * C + c] = sw;
-        partial_db[(size_t)blockIdx.x * C + c] = sb;
     }
 }
 
-// dw[c] += sum over blocks of partial_dw[., c]; the same for db. A block of 32 x LN_RED_ROWS threads per 32
-// columns: lane -> column (coalesced reads), thread row y sums blocks y, y + LN_RED_ROWS, ..., then row 0
-// adds the LN_RED_ROWS sums in order. Fixed order throughout: deterministic.
+// out[a][c] += sum over blocks of partial[a][., c] for a = dw, db, dsum (dsum may be null: not written). A block
+// of 32 x LN_RED_ROWS threads per 32 columns: lane -> column (coalesced reads), thread row y sums blocks y,
+// y + LN_RED_ROWS, ..., then row 0 adds the LN_RED_ROWS sums in order. Fixed order throughout: deterministic.
 constexpr int LN_RED_ROWS = 16;
 static __global__ void __launch_bounds__(32 * LN_RED_ROWS)
-    layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partial_dw, const float* partial_db, int G,
-                                     int C) {
+    layernorm_backward_reduce_kernel(floatX* dw, floatX* db, floatX* dsum, const float* partial, int G, int C) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    __shared__ float sums[2][LN_RED_ROWS][32];
+    __shared__ float sums[3][LN_RED_ROWS][32];
     const int lane = threadIdx.x % 32, y = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    float sw = 0.0f, sb = 0.0f;
-    if (c < C)
-        for (int g = y; g < G; g += LN_RED_ROWS) {
-            sw += partial_dw[(size_t)g * C + c];
-            sb += partial_db[(size_t)g * C + c];
-        }
-    sums[0][y][lane] = sw;
-    sums[1][y][lane] = sb;
+    const int arrays = dsum ? 3 : 2;
+    for (int a = 0; a < arrays; a++) {
+        float sum = 0.0f;
+        if (c < C)
+            for (int g = y; g < G; g += LN_RED_ROWS) sum += partial[((size_t)a * G + g) * C + c];
+        sums[a][y][lane] = sum;
+    }
     __syncthreads();  // every row's sums are in shared memory before row 0 adds them
     if (y != 0 || c >= C) return;
-    sw = 0.0f, sb = 0.0f;
-    for (int r = 0; r < LN_RED_ROWS; r++) { sw += sums[0][r][lane]; sb += sums[1][r][lane]; }
-    dw[c] = from_float<floatX>(to_float(dw[c]) + sw);
-    db[c] = from_float<floatX>(to_float(db[c]) + sb);
+    floatX* out[3] = {dw, db, dsum};
+    for (int a = 0; a < arrays; a++) {
+        float sum = 0.0f;
+        for (int r = 0; r < LN_RED_ROWS; r++) sum += sums[a][r][lane];
+        out[a][c] = from_float<floatX>(to_float(out[a][c]) + sum);
+    }
 }
 
-inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, void* ws, const floatX* dout,
-                                     const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
-                                     int C, cudaStream_t stream) {
+// dinp (N,C) += ..., dw, db (C) += ...; dsum (C) += the column sums of the finished dinp (null: not wanted).
+inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, floatX* dsum, void* ws,
+                                     const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                                     const float* rstd, int N, int C, cudaStream_t stream) {
     const int G = ln_bwd_blocks(N);
-    const size_t smem = (size_t)2 * LN_BWD_WARPS * ln_row_slots(C) * sizeof(float);  // acc_dw, acc_db per warp
+    const size_t smem = layernorm_backward_flash_smem(C);
     ln_check("layernorm_backward_flash", C, smem);
     if (!aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(w))
         fail("layernorm_backward_flash: buffers must be 16-byte aligned");
-    WorkspaceCarver carve(ws);
-    float* partial_dw = carve.take<float>((size_t)G * C);  // (G, C)
-    float* partial_db = carve.take<float>((size_t)G * C);  // (G, C)
-    allow_shared_memory(layernorm_backward_flash_kernel, smem);
-    launch_dependent(layernorm_backward_flash_kernel, G, LN_BWD_WARPS * 32, smem, stream,
-        dinp, partial_dw, partial_db, dout, inp, w, mean, rstd, N, C);
-    launch_dependent(layernorm_backward_reduce_kernel, ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream,
-        dw, db, partial_dw, partial_db, G, C);
+    float* partial = WorkspaceCarver(ws).take<float>((size_t)3 * G * C);  // (3, G, C): dw, db, dsum
+    constexpr int RS = 3;  // rows of up to 3 sweeps are held in registers
+    auto kernel = ceil_div(C, 32 * X128) <= RS ? layernorm_backward_flash_kernel<RS> : layernorm_backward_flash_kernel<0>;
+    allow_shared_memory(kernel, smem);
+    launch_dependent(kernel, G, LN_BWD_WARPS * 32, smem, stream, dinp, partial, dout, inp, w, mean, rstd, N, C);
+    launch_dependent(layernorm_backward_reduce_kernel, ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream, dw, db, dsum,
+                     partial, G, C);
 }
 
 }  // namespace flashgpt2

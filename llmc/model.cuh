@@ -454,23 +454,27 @@ inline void GPT2Model::backward() {
 
     // The LM head's backward ran in forward(), chunk by chunk: dbtc holds dlnf. The final layernorm into the
     // residual stream:
+    // The layernorm backwards also sum the residual stream's gradient they complete over the rows: that is the
+    // bias gradient of attproj and fcproj, whose outputs join the stream (so their matmul_backward gets none).
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), stream));  // layernorm_backward adds
-    layernorm_backward(ctx, dres, g.lnfw, g.lnfb, dbtc, layer(a.residual3, L - 1, C), p.lnfw, a.lnf_mean, a.lnf_rstd,
-                       N, C);
+    layernorm_backward(ctx, dres, g.lnfw, g.lnfb, g.block(L - 1, C).fcprojb, dbtc, layer(a.residual3, L - 1, C),
+                       p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         const BlockActivations y = block(l);
         const BlockWeights w = p.block(l, C), dw = g.block(l, C);
         // MLP: dres = d residual3, passed unchanged to residual2 and to fcproj (then through the GELU);
         // with recompute, GELU's output first (the forward left the last block's in the shared buffer)
         if (recompute && l < L - 1) gelu_forward(ctx, y.fch_gelu, y.fch, (size_t)N * 4 * C);
-        matmul_backward(ctx, dbt4c, dw.fcprojw, dw.fcprojb, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C);
+        matmul_backward(ctx, dbt4c, dw.fcprojw, nullptr, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C);
         matmul_backward(ctx, dbtc, dw.fcw, dw.fcb, dbt4c, y.ln2, w.fcw, nullptr, N, C, 4 * C);
-        layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, dbtc, y.residual2, w.ln2w, y.ln2_mean, y.ln2_rstd, N, C);
+        layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, dw.attprojb, dbtc, y.residual2, w.ln2w, y.ln2_mean,
+                           y.ln2_rstd, N, C);
         // attention: dres = d residual2, passed to the block input and to attproj
-        matmul_backward(ctx, dbtc, dw.attprojw, dw.attprojb, dres, y.atty, w.attprojw, nullptr, N, C, C);
+        matmul_backward(ctx, dbtc, dw.attprojw, nullptr, dres, y.atty, w.attprojw, nullptr, N, C, C);
         attention_backward(ctx, dbt4c, dbtc, y.qkv, y.atty, y.att_saved, B_, T_, C, NH);  // -> d qkv (B,T,3C)
         matmul_backward(ctx, dbtc, dw.qkvw, dw.qkvb, dbt4c, y.ln1, w.qkvw, nullptr, N, C, 3 * C);
-        layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, dbtc, y.input, w.ln1w, y.ln1_mean, y.ln1_rstd, N, C);
+        layernorm_backward(ctx, dres, dw.ln1w, dw.ln1b, l > 0 ? g.block(l - 1, C).fcprojb : nullptr, dbtc, y.input,
+                           w.ln1w, y.ln1_mean, y.ln1_rstd, N, C);
     }
     encoder_backward(ctx, g.wte, g.wpe, dres, a.inputs, B_, T_, C, Vp);
 }

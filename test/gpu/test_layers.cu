@@ -65,6 +65,12 @@ TEST_CASE("kernel registry: --kernels, per-layer overrides, attention engines, b
     only_matmul_flash.set("matmul", "flash");
     CHECK_THROWS_WITH_AS(check_kernel_support(only_matmul_flash, 34, 2), doctest::Contains("--matmul naive"), Error);
     CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 34, 2));
+    // the flash layernorm backward's accumulators fit up to 2304 channels (GPT-2 XL has 1600)
+    CHECK_NOTHROW(check_kernel_support(KernelSet{}, 2304, 36));
+    CHECK_THROWS_WITH_AS(check_kernel_support(KernelSet{}, 2560, 40), doctest::Contains("--layernorm naive"), Error);
+    KernelSet ln_naive = KernelSet{};
+    ln_naive.set("layernorm", "naive");
+    CHECK_NOTHROW(check_kernel_support(ln_naive, 2560, 40));
 
     // An engine that cannot run is one clear error, never a silent fallback: mma at head size 128 (it runs 64
     // only), wgmma at 32 (64 and 128 only), and in the FP32 build every tensor-core engine.
@@ -204,30 +210,41 @@ TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive an
         }
         check_naive_flash("residual_forward " + tag, sum[0], sum[1], sum_ref);
 
-        // backward, with the oracle's mean/rstd (as fp32) as the saved statistics; dinp, dw, db accumulate.
+        // backward, with the oracle's mean/rstd (as fp32) as the saved statistics; dinp, dw, db and dsum (the
+        // column sums of the finished dinp) accumulate.
         auto dout = random_x(NC, rng), dinp0 = random_x(NC, rng), dw0 = random_x(C, rng), db0 = random_x(C, rng);
+        auto ds0 = random_x(C, rng);
         std::vector<double> mean_f(N), rstd_f(N);
         for (int i = 0; i < N; i++) mean_f[i] = (float)mean_ref[i], rstd_f[i] = (float)rstd_ref[i];
-        std::vector<double> dinp_ref = dinp0, dw_ref = dw0, db_ref = db0;
+        std::vector<double> dinp_ref = dinp0, dw_ref = dw0, db_ref = db0, ds_ref = ds0;
         ref::layernorm_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), a.data(), w.data(),
                                 mean_f.data(), rstd_f.data(), N, C);
-        Dev<floatX> d_dout(NC), d_dinp(NC), d_dw(C), d_db(C);
+        for (size_t i = 0; i < NC; i++) ds_ref[i % C] += dinp_ref[i];
+        Dev<floatX> d_dout(NC), d_dinp(NC), d_dw(C), d_db(C), d_ds(C);
         Dev<char> ws(ws_bytes(s));
         put(d_dout, dout), put(d_mean, mean_f), put(d_rstd, rstd_f);
-        std::vector<double> dinp[2], dw[2], db[2];
-        std::vector<unsigned char> first, first_db;
+        std::vector<double> dinp[2], dw[2], db[2], ds[2];
+        std::vector<unsigned char> first, first_db, first_ds, first_dinp;
         for (int k = 0; k < 3; k++) {  // naive, flash, flash again (determinism)
             const KernelSet ks = KernelSet::all(VARIANTS[std::min(k, 1)]);
-            put(d_dinp, dinp0), put(d_dw, dw0), put(d_db, db0);
-            layernorm_backward(ops(ks, ws), d_dinp, d_dw, d_db, d_dout, d_a, d_w, d_mean, d_rstd, N, C);
-            if (k < 2) dinp[k] = get(d_dinp), dw[k] = get(d_dw), db[k] = get(d_db);
-            if (k == 1) first = bytes(d_dw), first_db = bytes(d_db);
-            if (k == 2) CHECK_MESSAGE((first == bytes(d_dw) && first_db == bytes(d_db)),
+            put(d_dinp, dinp0), put(d_dw, dw0), put(d_db, db0), put(d_ds, ds0);
+            layernorm_backward(ops(ks, ws), d_dinp, d_dw, d_db, d_ds, d_dout, d_a, d_w, d_mean, d_rstd, N, C);
+            if (k < 2) dinp[k] = get(d_dinp), dw[k] = get(d_dw), db[k] = get(d_db), ds[k] = get(d_ds);
+            if (k == 1) first = bytes(d_dw), first_db = bytes(d_db), first_ds = bytes(d_ds), first_dinp = bytes(d_dinp);
+            if (k == 2) CHECK_MESSAGE((first == bytes(d_dw) && first_db == bytes(d_db) && first_ds == bytes(d_ds)),
                                       "layernorm_backward_flash is not deterministic " << tag);
         }
         check_naive_flash("layernorm dinp " + tag, dinp[0], dinp[1], dinp_ref);
         check_naive_flash("layernorm dw " + tag, dw[0], dw[1], dw_ref);
         check_naive_flash("layernorm db " + tag, db[0], db[1], db_ref);
+        check_naive_flash("layernorm dsum " + tag, ds[0], ds[1], ds_ref);
+        // without dsum: dinp the same bits, dsum not written
+        put(d_dinp, dinp0), d_ds.poison();
+        const std::vector<unsigned char> poisoned = bytes(d_ds);
+        layernorm_backward(ops(KernelSet::all(Variant::flash), ws), d_dinp, d_dw, d_db, nullptr, d_dout, d_a, d_w,
+                           d_mean, d_rstd, N, C);
+        CHECK_MESSAGE(bytes(d_ds) == poisoned, "layernorm_backward_flash wrote dsum it was not given " << tag);
+        CHECK_MESSAGE(bytes(d_dinp) == first_dinp, "layernorm_backward_flash: dinp differs without dsum " << tag);
     }
 }
 
