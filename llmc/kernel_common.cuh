@@ -89,4 +89,18 @@ struct WorkspaceCarver {
 // A grid-size helper for simple elementwise kernels.
 inline unsigned grid_for(size_t n, int block) { return (unsigned)ceil_div<size_t>(n, (size_t)block); }
 
+// ---- the naive sets' column sum (bias gradients) ----
+// out[c] += sum over n of x[n][c] for an (N, n) matrix, one thread per column walking all N rows.
+static __global__ void colsum_naive_kernel(floatX* out, const floatX* x, int N, int n) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    float acc = 0.0f;
+    for (int r = 0; r < N; r++) acc += to_float(x[(size_t)r * n + c]);
+    out[c] = from_float<floatX>(to_float(out[c]) + acc);
+}
+inline void colsum_naive(floatX* out, const floatX* x, int N, int n, cudaStream_t stream) {
+    colsum_naive_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, x, N, n);
+    cudaCheckLaunch();
+}
+
 }  // namespace flashgpt2

@@ -110,15 +110,6 @@ static __global__ void layernorm_backward_dwdb_naive_kernel(floatX* dw, floatX* 
     db[c] = from_float<floatX>(to_float(db[c]) + sb);
 }
 
-// Backward, pass 4 (when asked): dsum[c] += sum_n dinp[n, c] of the finished dinp, one column per thread.
-static __global__ void layernorm_backward_colsum_naive_kernel(floatX* dsum, const floatX* dinp, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.0f;
-    for (int n = 0; n < N; n++) s += to_float(dinp[(size_t)n * C + c]);
-    dsum[c] = from_float<floatX>(to_float(dsum[c]) + s);
-}
-
 inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, floatX* dsum, void* ws,
                                      const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
                                      const float* rstd, int N, int C, cudaStream_t stream) {
@@ -132,10 +123,7 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, float
     cudaCheckLaunch();
     layernorm_backward_dwdb_naive_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
     cudaCheckLaunch();
-    if (dsum) {
-        layernorm_backward_colsum_naive_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dsum, dinp, N, C);
-        cudaCheckLaunch();
-    }
+    if (dsum) colsum_naive(dsum, dinp, N, C, stream);  // pass 4: dsum += the column sums of the finished dinp
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -292,24 +292,13 @@ static __global__ void matmul_backward_dw_naive_kernel(floatX* dw, const floatX*
     dw[idx] = from_float<floatX>(to_float(dw[idx]) + acc);
 }
 
-static __global__ void matmul_backward_dbias_naive_kernel(floatX* dbias, const floatX* dout, int N, int OC) {
-    int oc = blockIdx.x * blockDim.x + threadIdx.x;  // one element of dbias
-    if (oc >= OC) return;
-    float acc = 0.0f;
-    for (int n = 0; n < N; n++) acc += to_float(dout[(size_t)n * OC + oc]);
-    dbias[oc] = from_float<floatX>(to_float(dbias[oc]) + acc);
-}
-
 inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
                                   const floatX* w, int N, int C, int OC, cudaStream_t stream) {
     matmul_backward_dinp_naive_kernel<<<grid_for((size_t)N * C, 256), 256, 0, stream>>>(dinp, dout, w, N, C, OC);
     cudaCheckLaunch();
     matmul_backward_dw_naive_kernel<<<grid_for((size_t)OC * C, 256), 256, 0, stream>>>(dw, dout, inp, N, C, OC);
     cudaCheckLaunch();
-    if (dbias) {
-        matmul_backward_dbias_naive_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, dout, N, OC);
-        cudaCheckLaunch();
-    }
+    if (dbias) colsum_naive(dbias, dout, N, OC, stream);  // one thread per element of dbias (kernel_common.cuh)
 }
 
 // dbias, flash: a deterministic two-stage column sum of dout (N, OC). Stage 1: rows are cut into S splits (S
