@@ -452,10 +452,10 @@ inline void GPT2Model::backward() {
     floatX* dbtc = a.scratch_btc;   // (B,T,C)
     floatX* dbt4c = a.scratch_bt4c; // (B,T,4C)
 
-    // The LM head's backward ran in forward(), chunk by chunk: dbtc holds dlnf. The final layernorm into the
-    // residual stream:
     // The layernorm backwards also sum the residual stream's gradient they complete over the rows: that is the
     // bias gradient of attproj and fcproj, whose outputs join the stream (so their matmul_backward gets none).
+    // The LM head's backward ran in forward(), chunk by chunk: dbtc holds dlnf. The final layernorm into the
+    // residual stream:
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), stream));  // layernorm_backward adds
     layernorm_backward(ctx, dres, g.lnfw, g.lnfb, g.block(L - 1, C).fcprojb, dbtc, layer(a.residual3, L - 1, C),
                        p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
