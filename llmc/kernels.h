@@ -206,7 +206,7 @@ inline void check_kernel_support(const KernelSet& ks, int C, int NH) {
     if ((ks.flash(Layer::encoder) || ks.flash(Layer::layernorm) || ks.flash(Layer::matmul)) && C % X128 != 0)
         fail("channels %d: the flash encoder, layernorm and matmul read 16-byte vectors, so channels must be a "
              "multiple of %d (or use --encoder naive --layernorm naive --matmul naive)", C, X128);
-    if (ks.flash(Layer::layernorm) && layernorm_backward_flash_smem(C) > 227 * 1024)
+    if (ks.flash(Layer::layernorm) && layernorm_backward_flash_smem(C) > LN_MAX_SMEM)
         fail("channels %d: the flash layernorm backward keeps 3 accumulators of the row per warp, %zu bytes of shared "
              "memory, over the 227 KiB of a block (at most 2304 channels; or use --layernorm naive)", C,
              layernorm_backward_flash_smem(C));

@@ -7,8 +7,9 @@
 // flash: one warp per row, the row read from HBM once into shared memory; mean, variance and the output
 //        come from there. residual_layernorm_forward_flash also fuses the residual add before it: the
 //        sum is written out (the residual stream) and normalized in the same pass. The backward is one
-//        kernel too: each warp reads its row, writes dinp, and accumulates dw/db per block; a small second
-//        kernel sums the per-block partials in a fixed order (deterministic, no atomics).
+//        kernel too: each warp reads its row (into registers), writes dinp, and accumulates dw, db and the
+//        column sums of dinp (a bias gradient, when asked for) per block; a small second kernel sums the
+//        per-block partials in a fixed order (deterministic, no atomics).
 //
 // Shared-memory layout of a warp's row cache: element e of the lane's it-th 16-byte chunk lives at
 // slot (it*X128 + e)*32 + lane, so the 32 lanes always touch 32 different banks.
@@ -138,9 +139,11 @@ constexpr int LN_BWD_MAX_BLOCKS = 384;   // backward grid: rows are strided over
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
 __device__ __forceinline__ int ln_slot(int it, int e, int lane) { return (it * X128 + e) * 32 + lane; }
 
+constexpr size_t LN_MAX_SMEM = 227 * 1024;  // shared memory one block may take (sm_80 on)
+
 inline void ln_check(const char* who, int C, size_t smem) {
     if (C % X128 != 0) fail("%s: channels %d must be a multiple of %d", who, C, X128);
-    if (smem > 227 * 1024) fail("%s: channels %d need %zu bytes of shared memory (limit 227 KiB)", who, C, smem);
+    if (smem > LN_MAX_SMEM) fail("%s: channels %d need %zu bytes of shared memory (limit 227 KiB)", who, C, smem);
 }
 
 // RESIDUAL: x = inp1 + inp2 is written to residual_out and normalized; else x = inp1.
