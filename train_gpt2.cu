@@ -247,7 +247,13 @@ inline TrainResult train(const TrainOptions& o) {
     Distributed dist;  // who this process is (one GPU unless --num-gpus or a launcher says otherwise)
     dist.configure(o.num_gpus, o.rank, o.init_file);
     const bool quiet = o.quiet || !dist.is_main();
-    pdl_enabled() = o.pdl;  // llmc/common.cuh: how our flash kernels are launched
+    // llmc/common.cuh: how our flash kernels are launched, for this run only (a caller's later launches, e.g. the
+    // GPU tests after a --pdl off run, take the setting they had)
+    struct PdlSetting {
+        bool before;
+        ~PdlSetting() { pdl_enabled() = before; }
+    } pdl_setting{pdl_enabled()};
+    pdl_enabled() = o.pdl;
     // 1. the model's config: resumed, random (dN) or from a file
     std::string resume_model;
     int64_t resume_step = -1;

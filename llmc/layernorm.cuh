@@ -133,7 +133,7 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, float
 constexpr int LN_WARPS = 4;              // forward: rows per block (one warp each)
 constexpr int LN_BWD_WARPS = 8;          // backward: warps per block, each taking a row at a time
 constexpr int LN_BWD_MAX_BLOCKS = 384;   // backward grid: rows are strided over at most this many blocks (one wave
-                                         // of 3 per SM on a 132-SM H100/H200)
+                                         // of 3 per SM on a 132-SM H100/H200), and never more than one wave
 
 // Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
@@ -229,6 +229,16 @@ inline void residual_layernorm_forward_flash(floatX* residual_out, floatX* out, 
 inline size_t layernorm_backward_flash_smem(int C) { return (size_t)3 * LN_BWD_WARPS * ln_row_slots(C) * sizeof(float); }
 
 inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_BWD_WARPS)); }
+// The grid a launch takes: ln_bwd_blocks(N), cut to one wave, the blocks an SM holds at this C (the occupancy
+// calculator, after the shared-memory opt-in) times the SMs. Wider rows hold fewer blocks per SM (two at C =
+// 1024), and a grid of 1.45 waves left most SMs idle for its last 0.45 (doc/kernels.md). The rows' order in each
+// block's sums depends on the grid, so the bits are those of this GPU's SM count.
+template <class Kernel>
+inline int ln_bwd_grid(Kernel kernel, int N, size_t smem) {
+    int per_sm = 0;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, LN_BWD_WARPS * 32, smem));
+    return std::max(1, std::min(ln_bwd_blocks(N), per_sm * sm_count()));
+}
 
 inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
     if (v == Variant::naive) return 2 * ws_round((size_t)N * sizeof(float));
@@ -380,15 +390,15 @@ static __global__ void __launch_bounds__(32 * LN_RED_ROWS)
 inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, floatX* dsum, void* ws,
                                      const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
                                      const float* rstd, int N, int C, cudaStream_t stream) {
-    const int G = ln_bwd_blocks(N);
     const size_t smem = layernorm_backward_flash_smem(C);
     ln_check("layernorm_backward_flash", C, smem);
     if (!aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(w))
         fail("layernorm_backward_flash: buffers must be 16-byte aligned");
-    float* partial = WorkspaceCarver(ws).take<float>((size_t)3 * G * C);  // (3, G, C): dw, db, dsum
     constexpr int RS = 3;  // rows of up to 3 sweeps are held in registers
     auto kernel = ceil_div(C, 32 * X128) <= RS ? layernorm_backward_flash_kernel<RS> : layernorm_backward_flash_kernel<0>;
     allow_shared_memory(kernel, smem);
+    const int G = ln_bwd_grid(kernel, N, smem);  // <= ln_bwd_blocks(N): the workspace's size
+    float* partial = WorkspaceCarver(ws).take<float>((size_t)3 * G * C);  // (3, G, C): dw, db, dsum
     launch_dependent(kernel, G, LN_BWD_WARPS * 32, smem, stream, dinp, partial, dout, inp, w, mean, rstd, N, C);
     launch_dependent(layernorm_backward_reduce_kernel, ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream, dw, db, dsum,
                      partial, G, C);

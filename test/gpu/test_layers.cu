@@ -148,12 +148,14 @@ TEST_CASE("encoder: forward and backward, naive and flash") {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// A wider row for layernorm: several 256-channel sweeps (BF16; 128 in FP32) and a partial last one.
-const Shape LN_EXTRA_SHAPE = {2, 9, 1288, 1, 50, 64};
+// Wider rows for layernorm: several 256-channel sweeps (BF16; 128 in FP32) and a partial last one; the second
+// with enough rows (1200: 150 blocks of 8) that the backward grid is cut to one wave (one block per SM holds
+// this C's accumulators: ln_bwd_grid).
+const Shape LN_EXTRA_SHAPES[] = {{2, 9, 1288, 1, 50, 64}, {2, 600, 1288, 1, 50, 64}};
 
 TEST_CASE("layernorm and residual: forward (plain and fused), backward, naive and flash") {
     std::vector<Shape> shapes(std::begin(SHAPES), std::end(SHAPES));
-    shapes.push_back(LN_EXTRA_SHAPE);
+    shapes.insert(shapes.end(), std::begin(LN_EXTRA_SHAPES), std::end(LN_EXTRA_SHAPES));
     for (const Shape& s : shapes) {
         const int N = s.B * s.T, C = s.C;
         const size_t NC = (size_t)N * C;

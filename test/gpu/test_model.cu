@@ -427,7 +427,7 @@ TEST_CASE("model: --pdl on and off train the same bits" * doctest::skip(!card_ha
         o.pdl = pdl, o.out_dir = dir / (pdl ? "on" : "off");
         losses.push_back(train(o).train_losses);
     }
-    pdl_enabled() = true;  // train() left it off: the test cases after this one launch as the trainer's default
+    CHECK_MESSAGE(pdl_enabled(), "train() with --pdl off left PDL off for what runs after it");
     REQUIRE(losses[0].size() == 6);
     REQUIRE(losses[1].size() == 6);
     for (int i = 0; i < 6; i++)
