@@ -96,15 +96,24 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
 
     // Pass 1: online softmax over this thread's 16-byte chunks, in log2 units: m = running max of x log2 e,
     // l = sum of 2^(x log2 e - m), rescaled when a chunk raises m.
+    // Chunks wholly inside V take the loop without a bounds test per element (the same operations in the same
+    // order as the tail's, so the same bits); the one chunk across V, if any, is the tail.
     float m = -INFINITY, l = 0.0f;
-    for (int v0 = threadIdx.x * X128; v0 < V; v0 += blockDim.x * X128) {
-        Packed128<floatX> c = load128(x + v0);
+    auto add_chunk = [&](const Packed128<floatX>& c, int n) {  // the chunk's first n columns
         float cm = -INFINITY;
-        for (int e = 0; e < X128 && v0 + e < V; e++) cm = fmaxf(cm, to_float(c[e]));
+#pragma unroll
+        for (int e = 0; e < X128; e++)
+            if (e < n) cm = fmaxf(cm, to_float(c[e]));
         cm *= LOG2E;
         if (cm > m) { l *= exp2f(m - cm); m = cm; }  // the max grew: rescale what was summed so far
-        for (int e = 0; e < X128 && v0 + e < V; e++) l += exp2f(to_float(c[e]) * LOG2E - m);
-    }
+#pragma unroll
+        for (int e = 0; e < X128; e++)
+            if (e < n) l += exp2f(to_float(c[e]) * LOG2E - m);
+    };
+    const int V_full = V / X128 * X128;  // columns in whole chunks
+    int v0 = threadIdx.x * X128;
+    for (; v0 < V_full; v0 += blockDim.x * X128) add_chunk(load128(x + v0), X128);
+    if (v0 < V) add_chunk(load128(x + v0), V - v0);
     const float m_row = block_max(m);
     const float l_row = block_sum(l * exp2f(m - m_row));  // each thread's sum rescaled to the row's max
     const float lse2 = m_row + log2f(l_row);              // log2 of sum 2^(x log2 e) = lse * log2 e
@@ -114,10 +123,11 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     // Pass 2: dlogits in place (the block_sum barriers above ordered every read of pass 1 before this).
     for (int v0 = threadIdx.x * X128; v0 < Vp; v0 += blockDim.x * X128) {
         Packed128<floatX> c = load128(x + v0);
+        const int t = target - v0, n = V - v0;  // the target's and V's places in this chunk
+#pragma unroll
         for (int e = 0; e < X128; e++) {
-            int v = v0 + e;
-            float p = exp2f(to_float(c[e]) * LOG2E - lse2);  // softmax probability of column v
-            float g = v < V ? (p - (v == target ? 1.0f : 0.0f)) * dloss_scale : 0.0f;
+            float p = exp2f(to_float(c[e]) * LOG2E - lse2);  // softmax probability of column v0 + e
+            float g = e < n ? (p - (e == t ? 1.0f : 0.0f)) * dloss_scale : 0.0f;
             c[e] = from_float<floatX>(g);
         }
         store128(x + v0, c);
