@@ -301,13 +301,20 @@ inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const
     if (dbias) colsum_naive(dbias, dout, N, OC, stream);  // one thread per element of dbias (kernel_common.cuh)
 }
 
-// dbias, flash: a deterministic two-stage column sum of dout (N, OC). Stage 1: rows are cut into S splits (S
-// depends only on N); a block of DBIAS_WARPS warps takes 32 * X128 columns of one split: each lane reads X128
-// consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take every
-// DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2 adds
-// the S partials per column in order. (The 16-byte loads took about a third off the wide OCs against one
-// 2-byte load per thread and row: doc/kernels.md.)
+// dbias, flash: a deterministic two-stage column sum of dout (N, OC), in one kernel. Stage 1: rows are cut into
+// S splits (S depends only on N); a block of DBIAS_WARPS warps takes 32 * X128 columns of one split: each lane
+// reads X128 consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take
+// every DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2:
+// the last of a column group's S blocks to finish (an arrival counter per group) adds the S partials per column
+// in order, so no second kernel and its handover. (The 16-byte loads took about a third off the wide OCs against
+// one 2-byte load per thread and row: doc/kernels.md.)
 constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8, DBIAS_COLS = 32 * X128;
+static_assert(DBIAS_COLS <= DBIAS_WARPS * 32, "a block has a thread for each column of its group (stage 2)");
+constexpr int DBIAS_MAX_GROUPS = 1024;  // column groups the arrival counters cover: OC <= 1024 * DBIAS_COLS
+// Per column group: how many of its S blocks have written their partials. Zero when a kernel starts (zero at
+// load, and the last block of each group puts it back), so calls on one stream follow each other safely; two
+// streams must not run dbias at once.
+static __device__ unsigned int dbias_arrivals[DBIAS_MAX_GROUPS];
 inline int dbias_splits(int N) { return std::min(DBIAS_MAX_SPLITS, ceil_div(N, DBIAS_ROWS_PER_SPLIT)); }
 
 inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
@@ -315,9 +322,10 @@ inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
 }
 
 static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
-    matmul_backward_dbias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    matmul_backward_dbias_kernel(floatX* dbias, float* partial, const floatX* dout, int N, int OC) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     __shared__ float sums[DBIAS_WARPS][DBIAS_COLS];
+    __shared__ bool last;  // this block is its column group's last to finish stage 1
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y, S = gridDim.y;
     const int col0 = blockIdx.x * DBIAS_COLS, oc = col0 + lane * X128;  // this lane's X128 columns
     const int rows = ceil_div(N, S), r0 = split * rows, r1 = min(N, r0 + rows);
@@ -331,20 +339,25 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     }
     for (int e = 0; e < X128; e++) sums[warp][lane * X128 + e] = acc[e];
     __syncthreads();  // every warp's column sums are in shared memory before they are added across warps
-    for (int c = threadIdx.x; c < DBIAS_COLS && col0 + c < OC; c += blockDim.x) {
+    const int c = col0 + threadIdx.x;  // the one column of the group this thread adds, if any
+    const bool mine = threadIdx.x < DBIAS_COLS && c < OC;
+    if (mine) {
         float s = 0.0f;
-        for (int w = 0; w < DBIAS_WARPS; w++) s += sums[w][c];  // fixed order: deterministic
-        partial[(size_t)split * OC + col0 + c] = s;
+        for (int w = 0; w < DBIAS_WARPS; w++) s += sums[w][threadIdx.x];  // fixed order: deterministic
+        partial[(size_t)split * OC + c] = s;
     }
-}
-
-static __global__ void matmul_backward_dbias_reduce_kernel(floatX* dbias, const float* partial, int S, int OC) {
-    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    int oc = blockIdx.x * blockDim.x + threadIdx.x;
-    if (oc >= OC) return;
+    __threadfence();  // this thread's partial is visible to the whole GPU before the block's arrival is counted
+    __syncthreads();  // every thread's partial is written and fenced before thread 0 counts the block
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&dbias_arrivals[blockIdx.x], 1u) == (unsigned)S - 1;
+        if (last) dbias_arrivals[blockIdx.x] = 0;  // all S have arrived: ready for the next call
+    }
+    __syncthreads();  // `last` is set before any thread reads it
+    if (!last || !mine) return;
+    __threadfence();  // the other blocks' partials, fenced before their arrivals, are read after ours was counted
     float s = 0.0f;
-    for (int i = 0; i < S; i++) s += partial[(size_t)i * OC + oc];
-    dbias[oc] = from_float<floatX>(to_float(dbias[oc]) + s);
+    for (int i = 0; i < S; i++) s += __ldcg(partial + (size_t)i * OC + c);  // fixed order; from L2, not a stale L1
+    dbias[c] = from_float<floatX>(to_float(dbias[c]) + s);
 }
 
 // pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU).
@@ -363,9 +376,10 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
                  OC, X128);
         const int S = dbias_splits(N);
         float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
-        launch_dependent(matmul_backward_dbias_partial_kernel, dim3(ceil_div(OC, DBIAS_COLS), S), DBIAS_WARPS * 32, 0, stream,
-            partial, dout, N, OC);
-        launch_dependent(matmul_backward_dbias_reduce_kernel, ceil_div(OC, 256), 256, 0, stream, dbias, partial, S, OC);
+        const int groups = ceil_div(OC, DBIAS_COLS);
+        if (groups > DBIAS_MAX_GROUPS) fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS);
+        launch_dependent(matmul_backward_dbias_kernel, dim3(groups, S), DBIAS_WARPS * 32, 0, stream, dbias, partial, dout,
+                         N, OC);
     }
 }
 
