@@ -377,7 +377,8 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
         const int S = dbias_splits(N);
         float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
         const int groups = ceil_div(OC, DBIAS_COLS);
-        if (groups > DBIAS_MAX_GROUPS) fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS);
+        if (groups > DBIAS_MAX_GROUPS)
+            fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS);
         launch_dependent(matmul_backward_dbias_kernel, dim3(groups, S), DBIAS_WARPS * 32, 0, stream, dbias, partial, dout,
                          N, OC);
     }
