@@ -138,6 +138,21 @@ __device__ __forceinline__ void to_a_frags(uint32_t (&a)[4][4], const float (&x)
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) acc_to_a_frag(a[kk], x[2 * kk], x[2 * kk + 1]);
 }
+// dS^T (this warp's 16 keys x 64 queries, as the bf16 A fragments dsa) -> the shared tile sdS, rows = keys,
+// columns = queries, in the 128-byte swizzle (chunk c of row r at c ^ (r % 8): the 8 rows a warp's lanes
+// write land in 8 different 16-byte chunks, no bank conflicts). What a fused dQ share, dS K_j, reads.
+__device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[4][4], int warp, int g, int t) {
+    const int r = 16 * warp + g;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {  // dsa[kk]: rows r, r+8 x columns 16kk + 2t (+1) | 16kk + 8 + 2t (+1)
+        const uint32_t c0 = mma::swz128(sdS, r, 2 * kk) + 4 * t, c1 = mma::swz128(sdS, r, 2 * kk + 1) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c0), "r"(dsa[kk][0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c0 + 8 * 128), "r"(dsa[kk][1]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c1), "r"(dsa[kk][2]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c1 + 8 * 128), "r"(dsa[kk][3]) : "memory");
+    }
+}
+
 // This thread's cp.async copies have landed; make them visible to the tensor cores (the caller's barrier
 // then publishes every thread's).
 __device__ __forceinline__ void tiles_landed() {

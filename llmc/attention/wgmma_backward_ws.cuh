@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "llmc/attention/schedule.h"                 // the tile order
+#include "llmc/attention/wgmma_backward_fixed_dq.cuh"  // FUSED_DQ: dQ's shares summed in fixed point
 #include "llmc/attention/wgmma_backward.cuh"          // the dQ kernel, the dK/dV step, the tiles
 #include "llmc/attention/wgmma_forward_pipeline.cuh"  // release()
 
@@ -24,16 +25,20 @@ namespace flashgpt2 {
 // 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
 
 // Head size HS: a (64, HS) tile is HS / 64 swizzled panels (wgmma_backward.cuh); at HS 128 the ring has 2 slots,
-// so that K_j, V_j x 2 (128 KB) and the ring (64 KB) fit the 227 KB of one block.
-template <int HS>
+// so that K_j, V_j x 2 (128 KB) and the ring (64 KB) fit the 227 KB of one block. FUSED_DQ (dev rung 10): the
+// kernel makes dQ too, and holds both consumers' dS^T tiles (one 64 x 64 tile each) in DS_BUFS buffers.
+template <int HS, bool FUSED_DQ = false>
 struct FbhWs {
     static constexpr int NC = 2, BC = 64 * NC, STAGES = HS == 64 ? 4 : 2, THREADS = 128 * (NC + 1);
     static constexpr int TILE = HS / 64 * FB_TILE;                 // a (64, HS) tile
     static constexpr int KV_BYTES = NC * TILE;                     // K_j or V_j: NC tiles of 64 keys
     static constexpr int V_OFF = 2 * KV_BYTES, Q_OFF = 4 * KV_BYTES;  // K_j x 2 slots, V_j x 2, then the ring:
     static constexpr int DO_OFF = Q_OFF + STAGES * TILE;           // Q_i, dO_i (Br, HS) per slot
-    static constexpr int LD_BYTES = 2 * FB_BR * 4;                 // lse_i·log2(e), D_i (Br floats each),
-    static constexpr int LD_OFF = DO_OFF + STAGES * TILE;          //   2 buffers per consumer warp
+    static constexpr int DS_BUFS = !FUSED_DQ ? 0 : HS == 64 ? 2 : 1;  // (one buffer at 128: 227 KB)
+    static constexpr int DS_OFF = DO_OFF + STAGES * TILE;          // dS^T of consumer c at + c FB_TILE per buffer
+    static constexpr int LD_ROWS = FUSED_DQ ? fixed_dq::LD_ROWS : 2;  // lse_i·log2(e), D_i (Br floats each) and,
+    static constexpr int LD_BYTES = (LD_ROWS * FB_BR + (FUSED_DQ ? 4 : 0)) * 4;  // fused, |dO_i|_2 and the head's
+    static constexpr int LD_OFF = DS_OFF + DS_BUFS * NC * FB_TILE; //   max |K|, |V|_2: 2 buffers per consumer warp
     static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[]
     static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES);  // (item, next item) per K/V slot: 2 x 2 ints
     static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // + room to align the base up
@@ -55,16 +60,17 @@ struct FbhWs {
 // while they finish this one.
 static __device__ int g_dkdv_ws_counter = 0;
 
-template <int HS>
+template <int HS, bool FUSED_DQ>
 static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     attention_backward_flash_wgmma_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                                      bf16_t* dqkv, const float* LD, int T, int NH, int BH, int section_heads) {
+                                      bf16_t* dqkv, const float* LD, fixed_dq::Workspace dqw, int T, int NH, int BH,
+                                      int section_heads) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
-    using W = FbhWs<HS>;
+    using W = FbhWs<HS, FUSED_DQ>;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), base = (raw + 1023) & ~1023u;
     const uint32_t sK = base, sV = base + W::V_OFF, sQ = base + W::Q_OFF, sdO = base + W::DO_OFF;
@@ -142,8 +148,13 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     // one tile ahead, so a __syncwarp is all the synchronization they need.
     const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers, (2, 2, Br) floats
     const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
-        mma::cp_async_16(base + ld_w + buf * W::LD_BYTES + 16 * lane,
-                         LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * 2 * FB_BR + 4 * lane, 16);
+        const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
+        const float* src = LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR;
+        mma::cp_async_16(dst + 16 * lane, src + 4 * lane, 16);
+        if constexpr (FUSED_DQ) {  // the third row, then the head's two maxima
+            if (lane < 16) mma::cp_async_16(dst + 512 + 16 * lane, src + 128 + 4 * lane, 16);
+            else if (lane < 18) mma::cp_async_4(dst + 768 + 4 * (lane - 16), dqw.kv_max + 2 * bh_ + lane - 16, 4);
+        }
         mma::cp_async_commit();
     };
     int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
@@ -170,10 +181,33 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
             };
             const int s = n % W::STAGES;
             hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
-            if (i0 + FB_BR <= wg_k0) {
+            const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
+            if constexpr (FUSED_DQ) {  // both consumers take every step: each makes half of dQ_i's columns
+                const size_t tile = (size_t)bh * n_qt + i0 / FB_BR;
+                const uint32_t ds = base + W::DS_OFF + n % W::DS_BUFS * W::NC * FB_TILE;  // both consumers' dS^T
+                float dq[HS / 16][4];
+                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, ld_next,
+                              [&](const uint32_t (&dsa)[4][4]) {  // while dK runs: dQ_i's share dS K_j
+                                  if constexpr (W::DS_BUFS == 1)
+                                      hp::bar_sync(1, 256);  // both consumers' last dQ products are done: ds is free
+                                  hb::store_ds(ds + wg * FB_TILE, dsa, warp % 4, g, t);
+                                  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
+                                  hp::bar_sync(2, 256);  // both consumers' dS^T are in ds (with two buffers, also:
+                                                         // their dQ products of two steps ago, the last to read
+                                                         // this buffer, are done)
+                                  hp::wgmma_fence();
+                                  fixed_dq::gemm_share<HS>(dq, ds, sK + k * W::KV_BYTES, wg);
+                                  hp::wgmma_commit();
+                              });
+                hp::fence_regs(dq);
+                const float* dn = L + 2 * FB_BR + 16 * (warp % 4) + g;  // |dO_i|_2 of rows 16 w + g, + 8 of the tile
+                const unsigned* kv = reinterpret_cast<const unsigned*>(L + W::LD_ROWS * FB_BR);
+                const float s0 = fixed_dq::row_scale(fixed_dq::row_exponent(dn[0], kv));
+                const float s1 = fixed_dq::row_scale(fixed_dq::row_exponent(dn[8], kv));
+                fixed_dq::add_share(dqw.acc + tile * FB_BR * HS + wg * FB_BR * HS / 2 + threadIdx.x % 128, dq, s0, s1);
+            } else if (i0 + FB_BR <= wg_k0) {
                 ld_next();  // every query of the tile is before every key of this warpgroup: nothing to add
             } else {
-                const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
                 hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, ld_next);
             }
             wgmma_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
@@ -182,15 +216,17 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
         fb_store_dkdv(dqkv, dk, dv, key_g, T, bh / NH, bh % NH, NH, t, 1.0f / sqrtf((float)HS));
     }
 #else
-    (void)tm_q, (void)tm_k, (void)tm_v, (void)tm_do, (void)dqkv, (void)LD, (void)T, (void)NH, (void)BH,
+    (void)tm_q, (void)tm_k, (void)tm_v, (void)tm_do, (void)dqkv, (void)LD, (void)dqw, (void)T, (void)NH, (void)BH,
         (void)section_heads;
 #endif
 }
 
-// The dK/dV kernel's launch (the dQ kernel, wgmma_backward.cuh's, runs first: it writes the per-tile lse, D
-// this one reads). D: attention_backward_d_floats(B, NH, T) floats. A persistent grid: one block per SM.
-inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
-                                                   int B, int T, int NH, int HS, cudaStream_t stream) {
+// The kernel's launch: a persistent grid, one block per SM. LD: the per-tile lse·log2(e), D (written before);
+// dqw: FUSED_DQ's workspace (fixed_dq::pre_kernel has run; unused without FUSED_DQ).
+template <bool FUSED_DQ>
+void attention_backward_flash_wgmma_dkdv_ws_launch(bf16_t* dqkv, const float* LD, const fixed_dq::Workspace& dqw,
+                                                   const bf16_t* dout, const bf16_t* qkv, int B, int T, int NH, int HS,
+                                                   cudaStream_t stream) {
     namespace hp = flashgpt2::hopper;
     const long long C = (long long)NH * HS;
     // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
@@ -201,24 +237,65 @@ inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const
     const CUtensorMap mdo = hp::make_strided_head_map(dout, B, NH, T, HS, T * C, HS, C, FB_BR);
     const int BH = B * NH, total = ceil_div(T, FbhWs<64>::BC) * BH;  // (Bc is 128 at both head sizes)
     const int section_heads = l2_section_heads(T, HS);  // heads whose Q and dO fit in L2 together
-    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dkdv_ws_kernel<64>
-                                 : attention_backward_flash_wgmma_dkdv_ws_kernel<128>;
-    const int smem = HS == 64 ? FbhWs<64>::SMEM : FbhWs<128>::SMEM;
+    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dkdv_ws_kernel<64, FUSED_DQ>
+                                 : attention_backward_flash_wgmma_dkdv_ws_kernel<128, FUSED_DQ>;
+    const int smem = HS == 64 ? FbhWs<64, FUSED_DQ>::SMEM : FbhWs<128, FUSED_DQ>::SMEM;
     allow_shared_memory(kernel, smem);
     launch_dependent(kernel, std::min(total, sm_count()), FbhWs<64>::THREADS, smem, stream,
-        mq, mk, mv, mdo, dqkv, attention_backward_d_tiles(D, B, NH, T), T, NH, BH, section_heads);
+        mq, mk, mv, mdo, dqkv, LD, dqw, T, NH, BH, section_heads);
+}
+
+// The dK/dV kernel alone (the dQ kernel, wgmma_backward.cuh's, runs first: it writes the per-tile lse, D this one
+// reads). D: attention_backward_d_floats(B, NH, T) floats.
+inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+                                                   int B, int T, int NH, int HS, cudaStream_t stream) {
+    attention_backward_flash_wgmma_dkdv_ws_launch<false>(dqkv, attention_backward_d_tiles(D, B, NH, T), {}, dout, qkv,
+                                                         B, T, NH, HS, stream);
+}
+
+// dQ, dK and dV by the one fused kernel, dQ summed in fixed point (wgmma_backward_fixed_dq.cuh; dev rung 10):
+// the pre-pass, the fused kernel, the last pass. ws: fixed_dq::workspace_bytes(B, NH, T, HS) bytes.
+inline void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
+                                                 const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
+                                                 cudaStream_t stream) {
+    attention_backward_flash_wgmma_check("attention_backward_flash_wgmma_fused", dqkv, dout, qkv, out, B, NH, HS);
+    const fixed_dq::Workspace w = fixed_dq::carve(ws, B, NH, T, HS);
+    const dim3 tiles(ceil_div(T, FB_BR), B * NH);
+    cudaCheck(cudaMemsetAsync(w.kv_max, 0, 2 * sizeof(unsigned) * B * NH, stream));
+    launch_dependent(HS == 64 ? fixed_dq::pre_kernel<64> : fixed_dq::pre_kernel<128>, tiles, 128, 0, stream, w, dout,
+                     out, qkv, lse, T, NH);
+    attention_backward_flash_wgmma_dkdv_ws_launch<true>(dqkv, w.LD, w, dout, qkv, B, T, NH, HS, stream);
+    launch_dependent(HS == 64 ? fixed_dq::post_kernel<64> : fixed_dq::post_kernel<128>, tiles, 128, 0, stream, dqkv, w,
+                     T, NH);
+}
+
+// From which T the engine takes the fused kernel, per head size (measured: rung 10's page).
+constexpr int FUSED_DQ_FROM_T64 = 1 << 30, FUSED_DQ_FROM_T128 = 1 << 30;
+// Does the engine take the fused kernel (dev rung 10) at this shape: where it measured faster than the two
+// kernels (doc/attention/backward/10_fixed_point_dq.md), at long T, where the O(T) passes around it are small.
+inline bool attention_backward_wgmma_takes_fused(int T, int HS) { return T >= (HS == 64 ? FUSED_DQ_FROM_T64 : FUSED_DQ_FROM_T128); }
+
+// The engine's workspace in bytes: D, or the fused kernel's (fixed_dq::workspace_bytes).
+inline size_t attention_backward_flash_wgmma_workspace_bytes(int B, int T, int NH, int HS) {
+    return attention_backward_wgmma_takes_fused(T, HS) ? fixed_dq::workspace_bytes(B, NH, T, HS)
+                                                        : attention_backward_d_floats(B, NH, T) * sizeof(float);
 }
 
 // The engine's entry, the same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout,
-// out (B,T,NH,HS), qkv and lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
-// Head size 64: the two kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order
-// picks. Head size 128: their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there
-// (dev rung 6's page). Every path gives the same bits: the same products in the same order.
-inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+// out (B,T,NH,HS), qkv and lse (B,NH,T); ws is attention_backward_flash_wgmma_workspace_bytes() of workspace.
+// At long T: the fused kernel, dQ summed in fixed point (dev rung 10). Otherwise, head size 64: the two
+// kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order picks; head size 128:
+// their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there (dev rung 6's page).
+// The two-kernel paths give the same bits (the same products in the same order); the fused one other bits,
+// the same on every run.
+inline void attention_backward_flash_wgmma(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    if (HS == 128) {
+    float* D = static_cast<float*>(ws);
+    if (attention_backward_wgmma_takes_fused(T, HS)) {
+        attention_backward_flash_wgmma_fused(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
+    } else if (HS == 128) {
         attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
         attention_backward_flash_wgmma_dkdv_ws(dqkv, D, dout, qkv, B, T, NH, HS, stream);
     } else if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first) {

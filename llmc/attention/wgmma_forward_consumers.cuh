@@ -100,12 +100,8 @@ __device__ __forceinline__ void consumer_overlap(const Smem<C>& sm, volatile int
 // Turns: named barriers 1..NC (0 is __syncthreads's). Warpgroup w's turn begins when it has synced on
 // barrier 1+w, which completes once warpgroup w-1 (mod NC) has arrived there at the end of its own turn:
 // 128 syncing + 128 arriving threads.
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+using hopper::bar_arrive;
+using hopper::bar_sync;
 template <int NC>
 struct Turns {
     int cw;

@@ -7,8 +7,11 @@
 // behind the other two), then the backward runs again and must give the same bits (no atomics). Every engine
 // is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps); the wgmma
 // engine's kernels run in both grid orders too (head by head, and heaviest first across heads: the engine
-// picks one by the grid's length), which must each give the engine's own bits.
+// picks one by the grid's length), which must each give the engine's own bits, and its fused kernel (dQ summed
+// in fixed point: other bits, the same on every run; a NaN input must still reach dQ, the last test case).
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "test/gpu/gpu_check.h"
@@ -100,7 +103,11 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
                     attention_backward_flash_mma(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0, w);
                 }});
         const std::string head_major = tag + " (wgmma, grid head by head)", heaviest_first = tag + " (wgmma, grid heaviest first)";
+        Dev<char> ws_fused(fixed_dq::workspace_bytes(B, NH, T, C / NH));
         if (attention_backward_flash_wgmma_supports(C / NH)) {
+            kernels.push_back({tag + " (wgmma, fused, dQ in fixed point)", [&] {
+                attention_backward_flash_wgmma_fused(d_dqkv, ws_fused, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0);
+            }});
             kernels.push_back({head_major, [&, D] {
                 attention_backward_flash_wgmma_in<GridOrder::head_major>(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH,
                                                                          C / NH, 0);
@@ -145,3 +152,47 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
         }
     }
 }
+
+#if !defined(ENABLE_FP32)
+// The fused kernel turns dQ's shares into integers, and a conversion turns NaN into 0: a NaN input must still
+// reach dQ (the row's scale is NaN, and the last pass writes NaN there), not vanish into a finite gradient.
+TEST_CASE("attention backward (wgmma, fused): a NaN in dO, lse or K reaches dQ") {
+    const int B = 1, T = 200, NH = 2, C = 128, HS = C / NH;
+    if (!attention_backward_flash_wgmma_supports(HS)) {
+        MESSAGE("skipped (not passed): needs an sm_90a build on an H100/H200");
+        return;
+    }
+    const size_t btc = (size_t)B * T * C;
+    Rng rng(seed_for("attention backward fused NaN"));
+    Dev<floatX> d_qkv(3 * btc), d_dout(btc), d_out(btc), d_dqkv(3 * btc);
+    Dev<float> d_lse((size_t)B * NH * T);
+    Dev<char> ws(fixed_dq::workspace_bytes(B, NH, T, HS));
+    const auto qkv = random_x(3 * btc, rng, 0.3, 1.0), dout = random_x(btc, rng);
+    const int row = 77, h = 1;  // the poisoned query row of head h (and key, for K)
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const char* names[3] = {"dO", "lse", "K"};
+    for (int what = 0; what < 3; what++) {
+        auto q = qkv, o = dout;
+        if (what == 0) o[(size_t)row * C + h * HS + 5] = nan;
+        if (what == 2) q[(size_t)row * 3 * C + C + h * HS + 5] = nan;
+        put(d_qkv, q), put(d_dout, o);
+        attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH, AttnEngine::best, 0);
+        if (what == 1) {
+            auto lse = get(d_lse);
+            lse[(size_t)h * T + row] = nan;
+            put(d_lse, lse);
+        }
+        cudaCheck(cudaMemset(d_dqkv.p, 0x3F, d_dqkv.n * sizeof(floatX)));  // finite: a NaN below is the kernels'
+        attention_backward_flash_wgmma_fused(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, 0);
+        const auto g = get(d_dqkv);
+        const auto finite_dq = [&](int t) {
+            for (int d = 0; d < HS; d++)
+                if (!std::isfinite(g[(size_t)t * 3 * C + h * HS + d])) return false;
+            return true;
+        };
+        CHECK_MESSAGE(!finite_dq(row), "a NaN in " << names[what] << " (row " << row << ") left that row of dQ finite");
+        if (what < 2)  // (a NaN in K marks the whole head: its max |K| is NaN)
+            CHECK_MESSAGE(finite_dq(row - 1), "a NaN in " << names[what] << " of row " << row << " reached row " << row - 1);
+    }
+}
+#endif

@@ -70,21 +70,6 @@ struct Tiles {
           sdS(sdO + 2 * FB_TILE), sL(sdS + FB_TILE), end(sL + 2 * 2 * FB_BR * 4) {}
 };
 
-// dS^T (this warp's 16 keys x 64 queries, as the bf16 A fragments dsa) -> the shared tile sdS, rows = keys,
-// columns = queries, in the 128-byte swizzle (chunk c of row r at c ^ (r % 8): the 8 rows a warp's lanes
-// write land in 8 different 16-byte chunks, no bank conflicts).
-__device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[4][4], int warp, int g, int t) {
-    const int r = 16 * warp + g;
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {  // dsa[kk]: rows r, r+8 x columns 16kk + 2t (+1) | 16kk + 8 + 2t (+1)
-        const uint32_t c0 = mma::swz128(sdS, r, 2 * kk) + 4 * t, c1 = mma::swz128(sdS, r, 2 * kk + 1) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c0), "r"(dsa[kk][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c0 + 8 * 128), "r"(dsa[kk][1]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c1), "r"(dsa[kk][2]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(c1 + 8 * 128), "r"(dsa[kk][3]) : "memory");
-    }
-}
-
 // acc (64 queries x 64) = dS · K_j with dS^T at ds_tile (rows keys) and K_j at k_tile (rows keys): both MN-major.
 __device__ __forceinline__ void gemm_dq(float (&acc)[8][4], uint32_t ds_tile, uint32_t k_tile) {
 #pragma unroll
@@ -98,7 +83,7 @@ __device__ __forceinline__ void gemm_dq(float (&acc)[8][4], uint32_t ds_tile, ui
 // contributors have added before it; no wait when need is 0), the product. Called by all 128 threads.
 __device__ __forceinline__ void issue_share(float (&dq)[8][4], const uint32_t (&dsa)[4][4], const Tiles& s,
                                             const uint32_t* counter, uint32_t need, int warp, int g, int t) {
-    store_ds(s.sdS, dsa, warp, g, t);
+    wgmma_backward::store_ds(s.sdS, dsa, warp, g, t);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the wgmma's reads
     if (threadIdx.x == 0 && need > 0)
         while (hopper::ld_acquire_gpu(counter) < need) {}

@@ -20,7 +20,7 @@
 // Measured: the "Measured" block of doc/attention/backward/8_cluster_dq.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 8
 #pragma once
-#include "dev/attention/backward/7_fused_dq.cuh"  // the pre-pass, the workspace, store_ds, gemm_dq, add_share
+#include "dev/attention/backward/7_fused_dq.cuh"  // the pre-pass, the workspace, issue_share, add_share
 
 namespace flashgpt2 {
 
