@@ -13,9 +13,10 @@
 //   |dP_ij - D_i| = |dO_i · (V_j - O_i)| <= |dO_i|_2 (|V_j|_2 + |O_i|_2) <= 2 |dO_i|_2 max_j |V_j|_2
 // (O_i is an average of the V_j). The same bound holds for the shares of any set of blocks, so no share and no
 // partial sum exceeds it. bound_i = 2.5 |dO_i|_2 max_j |V_j|_2 max_jd |K_jd| (the 2.5 covers the bf16 rounding
-// of O and dS), and e_i is the largest exponent with 2^e_i bound_i < 2^30: nothing overflows int32. The bound is
-// loose (dS_i sums to zero over j, so dQ_i is far below it); that costs a few of the 30 bits, where an fp32
-// sum keeps 24 bits of its largest term and dQ is stored in bf16 (8).
+// of O and dS), and e_i is the largest exponent with 2^e_i bound_i < 2^22. Then every scaled share is below
+// 2^22, where one fma with 1.5 · 2^23 rounds it to an integer exactly (to_fixed), and no sum overflows int32. The
+// bound is loose (dS_i sums to zero over j, so dQ_i is far below it), which costs a few of the 22 bits; dQ is
+// stored in bf16 (8 bits).
 // A NaN or inf input would vanish here, as the conversion turns NaN into 0: such a row's scale is NaN, and the
 // last pass writes NaN on that row.
 //
@@ -64,7 +65,7 @@ __device__ __forceinline__ int row_exponent(float dO_norm, const unsigned* kv_ma
     if (bound == 0.0f) return 0;              // dO_i = 0: every share is 0
     int E;
     frexpf(bound, &E);                        // bound < 2^E, and E <= 128
-    return min(30 - E, 126);
+    return min(22 - E, 126);
 }
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }  // exactly, |e| <= 126
 __device__ __forceinline__ float row_scale(int e) { return e == NAN_ROW ? __int_as_float(0x7fc00000) : pow2(e); }
@@ -88,6 +89,13 @@ __device__ __forceinline__ void gemm_share(float (&dq)[HS / 16][4], uint32_t ds,
     }
 }
 
+// round(x s) as an int, for |x s| < 2^22: x s + 1.5 · 2^23 lies in [2^23, 2^24), where a float's unit in the
+// last place is 1, so the fma's one rounding is to the nearest integer, and that integer sits in the low bits
+// (Hacker's Delight's "magic number" conversion). One fma and one integer subtraction; cvt.rni.s32.f32 shares
+// the SFU's pipe with the softmax's exp2 (a NaN x s gives garbage here, where cvt gave 0: either way the row's
+// NaN scale makes the last pass write NaN).
+__device__ __forceinline__ int to_fixed(float x, float s) { return __float_as_int(fmaf(x, s, 12582912.0f)) - 0x4B400000; }
+
 // A share into the tile's integer sums: this thread's accumulator rows (16 w + g: dq[.][0..1], + 8: [2..3]) at
 // scales s0, s1. Element e of n-tile nt goes to acc + (4 nt + e) 128 (acc: this thread's first), so a warp's
 // 32 lanes add 128 consecutive bytes. The atomics' results are unused: they compile to fire-and-forget RED.
@@ -96,7 +104,7 @@ __device__ __forceinline__ void add_share(int* acc, const float (&dq)[NT][4], fl
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) atomicAdd(acc + (4 * nt + e) * 128, __float2int_rn(dq[nt][e] * (e < 2 ? s0 : s1)));
+        for (int e = 0; e < 4; e++) atomicAdd(acc + (4 * nt + e) * 128, to_fixed(dq[nt][e], e < 2 ? s0 : s1));
 }
 
 // The bit pattern of max |x| over the 8 bf16 of v, as a float's (bf16 is a float's upper half).

@@ -5,6 +5,8 @@
 // Q_i, dO_i tiles; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on them and never meet at
 // a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
 // counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
+// With FUSED_DQ (dev rung 10) the kernel makes dQ too: each step's dS also gives dQ_i's share dS K_j, summed in
+// fixed point (wgmma_backward_fixed_dq.cuh says how and why): 5 tile products per pair instead of 7.
 // Also here: the engine's entry, attention_backward_flash_wgmma, which picks the kernels by head size.
 #pragma once
 #include <algorithm>
@@ -146,7 +148,7 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     const float sl2 = LOG2E / sqrtf((float)HS);
     // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
     // one tile ahead, so a __syncwarp is all the synchronization they need.
-    const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers, (2, 2, Br) floats
+    const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers of LD_BYTES
     const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
         const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
         const float* src = LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR;
@@ -269,33 +271,17 @@ inline void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const b
                      T, NH);
 }
 
-// From which T the engine takes the fused kernel, per head size (measured: rung 10's page).
-constexpr int FUSED_DQ_FROM_T64 = 1 << 30, FUSED_DQ_FROM_T128 = 1 << 30;
-// Does the engine take the fused kernel (dev rung 10) at this shape: where it measured faster than the two
-// kernels (doc/attention/backward/10_fixed_point_dq.md), at long T, where the O(T) passes around it are small.
-inline bool attention_backward_wgmma_takes_fused(int T, int HS) { return T >= (HS == 64 ? FUSED_DQ_FROM_T64 : FUSED_DQ_FROM_T128); }
-
-// The engine's workspace in bytes: D, or the fused kernel's (fixed_dq::workspace_bytes).
-inline size_t attention_backward_flash_wgmma_workspace_bytes(int B, int T, int NH, int HS) {
-    return attention_backward_wgmma_takes_fused(T, HS) ? fixed_dq::workspace_bytes(B, NH, T, HS)
-                                                        : attention_backward_d_floats(B, NH, T) * sizeof(float);
-}
-
 // The engine's entry, the same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout,
-// out (B,T,NH,HS), qkv and lse (B,NH,T); ws is attention_backward_flash_wgmma_workspace_bytes() of workspace.
-// At long T: the fused kernel, dQ summed in fixed point (dev rung 10). Otherwise, head size 64: the two
-// kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order picks; head size 128:
-// their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there (dev rung 6's page).
-// The two-kernel paths give the same bits (the same products in the same order); the fused one other bits,
-// the same on every run.
-inline void attention_backward_flash_wgmma(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
+// out (B,T,NH,HS), qkv and lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
+// Head size 64: the two kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order
+// picks. Head size 128: their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there
+// (dev rung 6's page). Every path gives the same bits: the same products in the same order. (The fused kernel
+// above, dev rung 10, is not taken yet: its page says where it measured faster and what the switch waits for.)
+inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    float* D = static_cast<float*>(ws);
-    if (attention_backward_wgmma_takes_fused(T, HS)) {
-        attention_backward_flash_wgmma_fused(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
-    } else if (HS == 128) {
+    if (HS == 128) {
         attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
         attention_backward_flash_wgmma_dkdv_ws(dqkv, D, dout, qkv, B, T, NH, HS, stream);
     } else if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first) {

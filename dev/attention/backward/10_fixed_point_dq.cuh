@@ -14,7 +14,10 @@
 // of rung 7's per key). Around the kernel: a pre-pass (lse·log2(e), D and |dO_i| per row, the head's max |K|
 // and |V|, the integer sums zeroed) and a last pass (integers -> bf16 dQ). No dQ kernel: 5 products per (Q_i, K_j)
 // pair where rungs 5, 6 and 9 do 7.
-// What is still slow: its page measures it against rungs 5, 6 and 9.
+// What is still slow: it is the fastest rung at (1,12,32768,64) and (4,16,8192,128), level at 16K, slower at short
+// T (its pre-pass and last pass move O(T) bytes); at 32K the fifth product costs 1.5 ms, the rounding 0.8, the
+// atomics 0.08, and the step's base, with the consumers meeting at the barrier every step, 8.5 where rung 5's
+// dK/dV kernel takes 6.0 (its page takes the step apart). The trainer's engine does not take it yet.
 // Measured: the "Measured" block of doc/attention/backward/10_fixed_point_dq.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 10
 #pragma once
