@@ -17,8 +17,8 @@
 // 2^22, where one fma with 1.5 · 2^23 rounds it to an integer exactly (to_fixed), and no sum overflows int32. The
 // bound is loose (dS_i sums to zero over j, so dQ_i is far below it), which costs a few of the 22 bits; dQ is
 // stored in bf16 (8 bits).
-// A NaN or inf input would vanish here, as the conversion turns NaN into 0: such a row's scale is NaN, and the
-// last pass writes NaN on that row.
+// A NaN or inf input must not vanish into a finite integer sum: such a row's scale is NaN, and the last pass
+// writes NaN on that row (a NaN in K or V marks every row of the head).
 //
 // Three kernels around the fused one: the pre-pass (per 64-query tile: lse·log2(e) and D, as the dK/dV step
 // reads them; |dO_i|_2; the head's max |K| and max |V|_2; the tile's integer sums zeroed), the fused kernel
