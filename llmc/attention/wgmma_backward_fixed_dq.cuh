@@ -91,9 +91,9 @@ __device__ __forceinline__ void gemm_share(float (&dq)[HS / 16][4], uint32_t ds,
 
 // round(x s) as an int, for |x s| < 2^22: x s + 1.5 · 2^23 lies in [2^23, 2^24), where a float's unit in the
 // last place is 1, so the fma's one rounding is to the nearest integer, and that integer sits in the low bits
-// (Hacker's Delight's "magic number" conversion). One fma and one integer subtraction; cvt.rni.s32.f32 shares
-// the SFU's pipe with the softmax's exp2 (a NaN x s gives garbage here, where cvt gave 0: either way the row's
-// NaN scale makes the last pass write NaN).
+// (Hacker's Delight's "magic number" conversion). One fma and one integer subtraction, where cvt.rni.s32.f32
+// would queue behind the softmax's exp2 on the same pipe. A NaN x s gives a meaningless integer: that row's
+// scale is NaN, so the last pass writes NaN there whatever its sum.
 __device__ __forceinline__ int to_fixed(float x, float s) { return __float_as_int(fmaf(x, s, 12582912.0f)) - 0x4B400000; }
 
 // A share into the tile's integer sums: this thread's accumulator rows (16 w + g: dq[.][0..1], + 8: [2..3]) at

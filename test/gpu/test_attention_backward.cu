@@ -4,8 +4,8 @@
 // oracle's own forward results, out rounded to floatX and lse, so a forward error cannot hide or cause a
 // backward one. Head sizes 64 and 128 (the tensor-core paths), T = 1, 2, a multiple of no tile, exactly one and
 // just over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
-// behind the other two), then the backward runs again and must give the same bits (no atomics). Every engine
-// is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps); the wgmma
+// behind the other two), then the backward runs again and must give the same bits (no floating-point atomics).
+// Every engine is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps); the wgmma
 // engine's kernels run in both grid orders too (head by head, and heaviest first across heads: the engine
 // picks one by the grid's length), which must each give the engine's own bits, and its fused kernel (dQ summed
 // in fixed point: other bits, the same on every run; a NaN input must still reach dQ, the last test case).
@@ -154,8 +154,8 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
 }
 
 #if !defined(ENABLE_FP32)
-// The fused kernel turns dQ's shares into integers, and a conversion turns NaN into 0: a NaN input must still
-// reach dQ (the row's scale is NaN, and the last pass writes NaN there), not vanish into a finite gradient.
+// The fused kernel turns dQ's shares into integers, and no integer is NaN: a NaN input must still reach dQ (the
+// row's scale is NaN, and the last pass writes NaN there), not turn into a finite gradient.
 TEST_CASE("attention backward (wgmma, fused): a NaN in dO, lse or K reaches dQ") {
     const int B = 1, T = 200, NH = 2, C = 128, HS = C / NH;
     if (!attention_backward_flash_wgmma_supports(HS)) {
