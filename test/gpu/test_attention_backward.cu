@@ -5,10 +5,10 @@
 // backward one. Head sizes 64 and 128 (the tensor-core paths), T = 1, 2, a multiple of no tile, exactly one and
 // just over one 64-row tile, several tiles, 1000; dQ, dK and dV are judged separately (a bug in one cannot hide
 // behind the other two), then the backward runs again and must give the same bits (no floating-point atomics).
-// Every engine is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4 warps); the wgmma
-// engine's kernels run in both grid orders too (head by head, and heaviest first across heads: the engine
-// picks one by the grid's length), which must each give the engine's own bits, and its fused kernel (dQ summed
-// in fixed point: other bits, the same on every run; a NaN input must still reach dQ, the last test case).
+// Every engine is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4
+// warps); the wgmma engine's kernels run in both grid orders too (head by head, and heaviest first across heads:
+// the engine picks one by the grid's length), which must each give the engine's own bits, and its fused kernel
+// (dQ summed in fixed point: other bits, the same on every run; a NaN input must still reach dQ, the last case).
 #include <cmath>
 #include <functional>
 #include <limits>
