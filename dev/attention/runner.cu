@@ -49,6 +49,7 @@
 #include "dev/attention/backward/8_cluster_dq.cuh"
 #include "dev/attention/backward/9_heaviest_first.cuh"
 #include "dev/attention/backward/10_fixed_point_dq.cuh"
+#include "dev/attention/backward/11_dq_warpgroup.cuh"
 
 // ONE table: every rung of the ladder. `fwd V` runs every entry with id V (rung 1 comes in fp32 and bf16:
 // the bf16 one is the "naive in the same precision" that the bf16 rungs' errors are judged against).
@@ -92,6 +93,8 @@ const BwdRung RUNGS_BWD[] = {
      attention_backward_heaviest_first},
     {10, "10_fixed_point_dq.cuh", "fixed_point_dq", DType::BF16, ladder::b10::supports, ladder::b10::workspace_bytes,
      attention_backward_fixed_point_dq},
+    {11, "11_dq_warpgroup.cuh", "dq_warpgroup", DType::BF16, ladder::b11::supports, ladder::b11::workspace_bytes,
+     attention_backward_dq_warpgroup},
 };
 
 using namespace flashgpt2;

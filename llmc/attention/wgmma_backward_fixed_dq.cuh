@@ -22,7 +22,7 @@
 //
 // Three kernels around the fused one: the pre-pass (per 64-query tile: lse·log2(e) and D, as the dK/dV step
 // reads them; |dO_i|_2; the head's max |K| and max |V|_2; the tile's integer sums zeroed), the fused kernel
-// (wgmma_backward_ws.cuh with FUSED_DQ), and the last pass (integer sums -> dQ in dqkv).
+// (wgmma_backward_ws.cuh, DqBy::consumers or DqBy::warpgroup), and the last pass (integer sums -> dQ in dqkv).
 #pragma once
 #include <cfloat>
 #include <climits>
@@ -87,6 +87,15 @@ __device__ __forceinline__ void gemm_share(float (&dq)[HS / 16][4], uint32_t ds,
         if constexpr (HS == 64) hopper::wgmma_m64n32k16_ss<1>(dq, a, b, kk > 0);
         else hopper::wgmma_m64n64k16_ss<1>(dq, a, b, kk > 0);
     }
+}
+
+// The whole share, dq (64 queries x 64) = dS K_j over the block's 128 keys, for the dQ warpgroup of head size 64
+// (DqBy::warpgroup). Operands as above.
+__device__ __forceinline__ void gemm_share_all(float (&dq)[8][4], uint32_t ds, uint32_t k) {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        hopper::wgmma_m64n64k16_ss<1>(dq, wgmma_backward::mnmajor(ds + kk / 4 * FB_TILE, kk % 4),
+                                          wgmma_backward::mnmajor(k + kk / 4 * FB_TILE, kk % 4), kk > 0);
 }
 
 // round(x s) as an int, for |x s| < 2^22: x s + 1.5 · 2^23 lies in [2^23, 2^24), where a float's unit in the

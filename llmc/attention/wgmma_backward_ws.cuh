@@ -5,14 +5,15 @@
 // Q_i, dO_i tiles; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on them and never meet at
 // a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
 // counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
-// With FUSED_DQ (dev rung 10) the kernel makes dQ too: each step's dS also gives dQ_i's share dS K_j, summed in
-// fixed point (wgmma_backward_fixed_dq.cuh says how and why): 5 tile products per pair instead of 7.
+// Fused (DqBy::consumers, dev rung 10; DqBy::warpgroup, dev rung 11) the kernel makes dQ too: each step's dS also
+// gives dQ_i's share dS K_j, summed in fixed point (wgmma_backward_fixed_dq.cuh says how and why): 5 tile products
+// per pair instead of 7.
 // Also here: the engine's entry, attention_backward_flash_wgmma, which picks the kernels by head size.
 #pragma once
 #include <algorithm>
 
 #include "llmc/attention/schedule.h"                 // the tile order
-#include "llmc/attention/wgmma_backward_fixed_dq.cuh"  // FUSED_DQ: dQ's shares summed in fixed point
+#include "llmc/attention/wgmma_backward_fixed_dq.cuh"  // a fused dQ's shares summed in fixed point
 #include "llmc/attention/wgmma_backward.cuh"          // the dQ kernel, the dK/dV step, the tiles
 #include "llmc/attention/wgmma_forward_pipeline.cuh"  // release()
 
@@ -26,28 +27,43 @@ namespace flashgpt2 {
 // (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w owns keys
 // 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
 
+// Who makes dQ (the kernel's template argument):
+//   kernel      a separate dQ kernel, wgmma_backward.cuh's, ran before (the engine; dev rung 6);
+//   consumers   the two consumers: after dS^T each stores it to shared memory, they meet at a named barrier, and
+//               each issues dS K_j for half of dQ_i's columns (dev rung 10);
+//   warpgroup   a fourth warpgroup: the consumers store dS^T and go on; the dQ warpgroup waits for both tiles
+//               (an mbarrier), issues dS K_j for all of dQ_i and adds it, off the consumers' path (dev rung 11;
+//               head size 64: at 128 the consumers' registers leave none for a fourth warpgroup).
+// With consumers or warpgroup, dQ's shares are summed in fixed point (wgmma_backward_fixed_dq.cuh).
+enum class DqBy { kernel, consumers, warpgroup };
+
 // Head size HS: a (64, HS) tile is HS / 64 swizzled panels (wgmma_backward.cuh); at HS 128 the ring has 2 slots,
-// so that K_j, V_j x 2 (128 KB) and the ring (64 KB) fit the 227 KB of one block. FUSED_DQ (dev rung 10): the
-// kernel makes dQ too, and holds both consumers' dS^T tiles (one 64 x 64 tile each) in DS_BUFS buffers.
-template <int HS, bool FUSED_DQ = false>
+// so that K_j, V_j x 2 (128 KB) and the ring (64 KB) fit the 227 KB of one block. A fused dQ holds both consumers'
+// dS^T tiles (one 64 x 64 tile each) in DS_BUFS buffers.
+template <int HS, DqBy DQ = DqBy::kernel>
 struct FbhWs {
-    static constexpr int NC = 2, BC = 64 * NC, STAGES = HS == 64 ? 4 : 2, THREADS = 128 * (NC + 1);
+    static constexpr bool FUSED = DQ != DqBy::kernel, DQ_WG = DQ == DqBy::warpgroup;
+    static constexpr int NC = 2, BC = 64 * NC, STAGES = HS == 64 ? 4 : 2, THREADS = 128 * (NC + 1 + DQ_WG);
     static constexpr int TILE = HS / 64 * FB_TILE;                 // a (64, HS) tile
     static constexpr int KV_BYTES = NC * TILE;                     // K_j or V_j: NC tiles of 64 keys
     static constexpr int V_OFF = 2 * KV_BYTES, Q_OFF = 4 * KV_BYTES;  // K_j x 2 slots, V_j x 2, then the ring:
     static constexpr int DO_OFF = Q_OFF + STAGES * TILE;           // Q_i, dO_i (Br, HS) per slot
-    static constexpr int DS_BUFS = !FUSED_DQ ? 0 : HS == 64 ? 2 : 1;  // (one buffer at 128: 227 KB)
+    static constexpr int DS_BUFS = !FUSED ? 0 : HS == 64 ? 2 : 1;  // (one buffer at 128: 227 KB)
     static constexpr int DS_OFF = DO_OFF + STAGES * TILE;          // dS^T of consumer c at + c FB_TILE per buffer
-    static constexpr int LD_ROWS = FUSED_DQ ? fixed_dq::LD_ROWS : 2;  // lse_i·log2(e), D_i (Br floats each) and,
-    static constexpr int LD_BYTES = (LD_ROWS * FB_BR + (FUSED_DQ ? 4 : 0)) * 4;  // fused, |dO_i|_2 and the head's
-    static constexpr int LD_OFF = DS_OFF + DS_BUFS * NC * FB_TILE; //   max |K|, |V|_2: 2 buffers per consumer warp
-    static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[]
-    static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES);  // (item, next item) per K/V slot: 2 x 2 ints
-    static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // + room to align the base up
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+    // A consumer warp's copy per query tile: lse_i·log2(e), D_i (Br floats each) and, where the consumers make
+    // dQ, |dO_i|_2 and the head's max |K|, |V|_2; 2 buffers per consumer warp. The workspace holds LD_ROWS rows.
+    static constexpr int LD_ROWS = FUSED ? fixed_dq::LD_ROWS : 2;
+    static constexpr int LD_BYTES = DQ == DqBy::consumers ? (3 * FB_BR + 4) * 4 : 2 * FB_BR * 4;
+    static constexpr int LD_OFF = DS_OFF + DS_BUFS * NC * FB_TILE;
+    static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[],
+    static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES + 2 * DQ_WG * DS_BUFS);  // ds_full[], ds_empty[]
+    static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // (item, next item) per K/V slot; + alignment
+    // Registers per thread of each role (setmaxnreg; a warpgroup's 128 threads x these fill the 64 K of an SM).
+    static constexpr int PRODUCER_REGS = 24, DQ_REGS = DQ_WG ? 72 : 0, CONSUMER_REGS = DQ_WG ? 208 : 240;
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
+    static_assert(!DQ_WG || HS == 64, "a dQ warpgroup at head size 64 only: (64, 128) fp32 of dQ would not fit");
     static_assert(SMEM <= 227 * 1024, "shared memory of one block");
-    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
+    static_assert(128 * (PRODUCER_REGS + DQ_REGS + NC * CONSUMER_REGS) <= 65536, "register file of one SM");
     // TMA boxes are 64 columns (one 128-byte swizzle panel) wide. K_j, V_j at HS 64: one box of Bc rows, its
     // 64-key tiles one after the other; at HS 128 one box of 64 rows per (64-key tile, panel).
     static constexpr int KV_BOX_ROWS = HS == 64 ? BC : 64;
@@ -62,8 +78,8 @@ struct FbhWs {
 // while they finish this one.
 static __device__ int g_dkdv_ws_counter = 0;
 
-template <int HS, bool FUSED_DQ>
-static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
+template <int HS, DqBy DQ>
+static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     attention_backward_flash_wgmma_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                                       bf16_t* dqkv, const float* LD, fixed_dq::Workspace dqw, int T, int NH, int BH,
@@ -72,7 +88,7 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     namespace hb = wgmma_backward;
     namespace hp = flashgpt2::hopper;
-    using W = FbhWs<HS, FUSED_DQ>;
+    using W = FbhWs<HS, DQ>;
     extern __shared__ __align__(1024) unsigned char fbh_smem[];
     const uint32_t raw = mma::smem_u32(fbh_smem), base = (raw + 1023) & ~1023u;
     const uint32_t sK = base, sV = base + W::V_OFF, sQ = base + W::Q_OFF, sdO = base + W::DO_OFF;
@@ -80,6 +96,8 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     const auto kv_empty = [&](int k) { return base + W::BAR_OFF + 16 + 8 * k; };
     const auto full = [&](int s) { return base + W::BAR_OFF + 32 + 8 * s; };
     const auto empty = [&](int s) { return base + W::BAR_OFF + 32 + 8 * (W::STAGES + s); };
+    const auto ds_full = [&](int d) { return base + W::BAR_OFF + 32 + 8 * (2 * W::STAGES + d); };  // (DqBy::warpgroup)
+    const auto ds_empty = [&](int d) { return base + W::BAR_OFF + 32 + 8 * (2 * W::STAGES + W::DS_BUFS + d); };
     volatile int* items = reinterpret_cast<volatile int*>(fbh_smem + (base - raw) + W::ITEM_OFF);  // 2 per K/V slot
     const int n_kt = ceil_div(T, W::BC), n_qt = ceil_div(T, FB_BR), total = n_kt * BH;
     const auto decode = [&](int it, int& bh, int& j0) {  // item it -> its head and first key
@@ -90,11 +108,15 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
     if (threadIdx.x == 0) {
         for (int k = 0; k < 2; k++) {
             hp::mbar_init(kv_full(k), 1);           // the producer's arrive.expect_tx, plus K_j's and V_j's bytes
-            hp::mbar_init(kv_empty(k), 4 * W::NC);  // one arrival per consumer warp
+            hp::mbar_init(kv_empty(k), 4 * W::NC + 4 * W::DQ_WG);  // one arrival per consumer (and dQ) warp
         }
         for (int s = 0; s < W::STAGES; s++) {
             hp::mbar_init(full(s), 1);              // the producer's arrive.expect_tx, plus Q_i's and dO_i's bytes
             hp::mbar_init(empty(s), 4 * W::NC);
+        }
+        for (int d = 0; d < W::DS_BUFS * W::DQ_WG; d++) {
+            hp::mbar_init(ds_full(d), 4 * W::NC);   // every consumer warp has stored its rows of dS^T
+            hp::mbar_init(ds_empty(d), 4);          // every dQ warp's wgmma has read them
         }
         hp::fence_barrier_init();
     }
@@ -141,6 +163,43 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
         }
     }
 
+    if constexpr (W::DQ_WG) {  // ---- the dQ warpgroup (the last one): dS K_j of every step, added as integers
+        if (threadIdx.x >= 128 * (W::NC + 1)) {
+            hp::setmaxnreg_dec<W::DQ_REGS>();
+            const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
+            int n = 0;  // steps seen: dS buffer n % DS_BUFS, as the consumers count them
+            for (int m = 0;; m++) {
+                const int k = m & 1;
+                hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j of this item has landed, and its number
+                const int it = items[2 * k];
+                if (it < 0) break;
+                int bh, j0;
+                decode(it, bh, j0);
+                const unsigned* kv = dqw.kv_max + 2 * bh;
+                for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {
+                    const size_t tile = (size_t)bh * n_qt + i0 / FB_BR;
+                    const float* dn = dqw.LD + (tile * W::LD_ROWS + 2) * FB_BR + 16 * warp + g;  // |dO_i|_2, rows g, g+8
+                    const float dn0 = dn[0], dn1 = dn[8];  // loaded while the consumers make dS
+                    const int d = n % W::DS_BUFS;
+                    const uint32_t ds = base + W::DS_OFF + d * W::NC * FB_TILE;
+                    hp::mbar_wait(ds_full(d), (n / W::DS_BUFS) & 1);  // both consumers' dS^T are in buffer d
+                    float dq[HS / 8][4];
+                    hp::wgmma_fence();
+                    fixed_dq::gemm_share_all(dq, ds, sK + k * W::KV_BYTES);
+                    hp::wgmma_commit();
+                    hp::wgmma_wait<0>();
+                    hp::fence_regs(dq);
+                    wgmma_attention::release(ds_empty(d), threadIdx.x % 32);  // buffer d read: it may be refilled
+                    const float s0 = fixed_dq::row_scale(fixed_dq::row_exponent(dn0, kv));
+                    const float s1 = fixed_dq::row_scale(fixed_dq::row_exponent(dn1, kv));
+                    fixed_dq::add_share(dqw.acc + tile * FB_BR * HS + threadIdx.x % 128, dq, s0, s1);
+                }
+                wgmma_attention::release(kv_empty(k), threadIdx.x % 32);  // K_j read for the last time
+            }
+            return;
+        }
+    }
+
     // ---- consumers
     hp::setmaxnreg_inc<W::CONSUMER_REGS>();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
@@ -153,7 +212,7 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
         const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
         const float* src = LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR;
         mma::cp_async_16(dst + 16 * lane, src + 4 * lane, 16);
-        if constexpr (FUSED_DQ) {  // the third row, then the head's two maxima
+        if constexpr (DQ == DqBy::consumers) {  // the third row, then the head's two maxima
             if (lane < 16) mma::cp_async_16(dst + 512 + 16 * lane, src + 128 + 4 * lane, 16);
             else if (lane < 18) mma::cp_async_4(dst + 768 + 4 * (lane - 16), dqw.kv_max + 2 * bh_ + lane - 16, 4);
         }
@@ -184,7 +243,25 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
             const int s = n % W::STAGES;
             hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
             const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
-            if constexpr (FUSED_DQ) {  // both consumers take every step: each makes half of dQ_i's columns
+            if constexpr (DQ == DqBy::warpgroup) {  // store dS^T for the dQ warpgroup (both consumers, every step)
+                const int d = n % W::DS_BUFS;
+                const uint32_t ds = base + W::DS_OFF + d * W::NC * FB_TILE + wg * FB_TILE;
+                const auto hand_over = [&](const uint32_t (&dsa)[4][4]) {
+                    hp::mbar_wait(ds_empty(d), ((n / W::DS_BUFS) & 1) ^ 1);  // the dQ warpgroup has read buffer d
+                    hb::store_ds(ds, dsa, warp % 4, g, t);
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for the dQ wgmma's reads
+                    __syncwarp();  // every lane's rows are stored before lane 0 arrives
+                    wgmma_attention::release(ds_full(d), lane);
+                };
+                if (i0 + FB_BR <= wg_k0) {  // every query of the tile is before every key of this warpgroup:
+                    ld_next();              // dS^T = 0, and no product to run
+                    const uint32_t zero[4][4] = {};
+                    hand_over(zero);
+                } else {
+                    hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2,
+                                  ld_next, hand_over);  // dS^T handed over while dK runs
+                }
+            } else if constexpr (DQ == DqBy::consumers) {  // both consumers take every step: each makes half of dQ_i's columns
                 const size_t tile = (size_t)bh * n_qt + i0 / FB_BR;
                 const uint32_t ds = base + W::DS_OFF + n % W::DS_BUFS * W::NC * FB_TILE;  // both consumers' dS^T
                 float dq[HS / 16][4];
@@ -224,49 +301,54 @@ static __global__ void __launch_bounds__(FbhWs<HS>::THREADS, 1)
 }
 
 // The kernel's launch: a persistent grid, one block per SM. LD: the per-tile lse·log2(e), D (written before);
-// dqw: FUSED_DQ's workspace (fixed_dq::pre_kernel has run; unused without FUSED_DQ).
-template <bool FUSED_DQ>
+// dqw: a fused dQ's workspace (fixed_dq::pre_kernel has run; unused with DqBy::kernel).
+template <int HS, DqBy DQ>
 void attention_backward_flash_wgmma_dkdv_ws_launch(bf16_t* dqkv, const float* LD, const fixed_dq::Workspace& dqw,
-                                                   const bf16_t* dout, const bf16_t* qkv, int B, int T, int NH, int HS,
+                                                   const bf16_t* dout, const bf16_t* qkv, int B, int T, int NH,
                                                    cudaStream_t stream) {
     namespace hp = flashgpt2::hopper;
+    using W = FbhWs<HS, DQ>;
     const long long C = (long long)NH * HS;
     // q, k, v read in place from qkv (B, T, 3, NH, HS); dO from dout (B, T, NH, HS): element strides b, h, t
-    const int kv_rows = HS == 64 ? FbhWs<64>::KV_BOX_ROWS : FbhWs<128>::KV_BOX_ROWS;
     const CUtensorMap mq = hp::make_strided_head_map(qkv, B, NH, T, HS, T * 3 * C, HS, 3 * C, FB_BR);
-    const CUtensorMap mk = hp::make_strided_head_map(qkv + C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
-    const CUtensorMap mv = hp::make_strided_head_map(qkv + 2 * C, B, NH, T, HS, T * 3 * C, HS, 3 * C, kv_rows);
+    const CUtensorMap mk = hp::make_strided_head_map(qkv + C, B, NH, T, HS, T * 3 * C, HS, 3 * C, W::KV_BOX_ROWS);
+    const CUtensorMap mv = hp::make_strided_head_map(qkv + 2 * C, B, NH, T, HS, T * 3 * C, HS, 3 * C, W::KV_BOX_ROWS);
     const CUtensorMap mdo = hp::make_strided_head_map(dout, B, NH, T, HS, T * C, HS, C, FB_BR);
-    const int BH = B * NH, total = ceil_div(T, FbhWs<64>::BC) * BH;  // (Bc is 128 at both head sizes)
+    const int BH = B * NH, total = ceil_div(T, W::BC) * BH;
     const int section_heads = l2_section_heads(T, HS);  // heads whose Q and dO fit in L2 together
-    const auto kernel = HS == 64 ? attention_backward_flash_wgmma_dkdv_ws_kernel<64, FUSED_DQ>
-                                 : attention_backward_flash_wgmma_dkdv_ws_kernel<128, FUSED_DQ>;
-    const int smem = HS == 64 ? FbhWs<64, FUSED_DQ>::SMEM : FbhWs<128, FUSED_DQ>::SMEM;
-    allow_shared_memory(kernel, smem);
-    launch_dependent(kernel, std::min(total, sm_count()), FbhWs<64>::THREADS, smem, stream,
-        mq, mk, mv, mdo, dqkv, LD, dqw, T, NH, BH, section_heads);
+    const auto kernel = attention_backward_flash_wgmma_dkdv_ws_kernel<HS, DQ>;
+    allow_shared_memory(kernel, W::SMEM);
+    launch_dependent(kernel, std::min(total, sm_count()), W::THREADS, W::SMEM, stream, mq, mk, mv, mdo, dqkv, LD, dqw,
+                     T, NH, BH, section_heads);
 }
 
 // The dK/dV kernel alone (the dQ kernel, wgmma_backward.cuh's, runs first: it writes the per-tile lse, D this one
 // reads). D: attention_backward_d_floats(B, NH, T) floats.
 inline void attention_backward_flash_wgmma_dkdv_ws(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
                                                    int B, int T, int NH, int HS, cudaStream_t stream) {
-    attention_backward_flash_wgmma_dkdv_ws_launch<false>(dqkv, attention_backward_d_tiles(D, B, NH, T), {}, dout, qkv,
-                                                         B, T, NH, HS, stream);
+    const float* LD = attention_backward_d_tiles(D, B, NH, T);
+    if (HS == 64) attention_backward_flash_wgmma_dkdv_ws_launch<64, DqBy::kernel>(dqkv, LD, {}, dout, qkv, B, T, NH, stream);
+    else attention_backward_flash_wgmma_dkdv_ws_launch<128, DqBy::kernel>(dqkv, LD, {}, dout, qkv, B, T, NH, stream);
 }
 
-// dQ, dK and dV by the one fused kernel, dQ summed in fixed point (wgmma_backward_fixed_dq.cuh; dev rung 10):
-// the pre-pass, the fused kernel, the last pass. ws: fixed_dq::workspace_bytes(B, NH, T, HS) bytes.
-inline void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
-                                                 const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
-                                                 cudaStream_t stream) {
+// dQ, dK and dV by the one fused kernel, dQ summed in fixed point (wgmma_backward_fixed_dq.cuh): the pre-pass, the
+// fused kernel, the last pass. DQ: who in it makes dQ (consumers: dev rung 10; warpgroup: dev rung 11, head size
+// 64 only). ws: fixed_dq::workspace_bytes(B, NH, T, HS) bytes.
+template <DqBy DQ>
+void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
+                                          const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
+                                          cudaStream_t stream) {
+    static_assert(DQ != DqBy::kernel, "the fused kernel makes dQ itself");
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma_fused", dqkv, dout, qkv, out, B, NH, HS);
+    if (DQ == DqBy::warpgroup && HS != 64) fail("attention_backward_flash_wgmma_fused: a dQ warpgroup runs head size 64 only");
     const fixed_dq::Workspace w = fixed_dq::carve(ws, B, NH, T, HS);
     const dim3 tiles(ceil_div(T, FB_BR), B * NH);
     cudaCheck(cudaMemsetAsync(w.kv_max, 0, 2 * sizeof(unsigned) * B * NH, stream));
     launch_dependent(HS == 64 ? fixed_dq::pre_kernel<64> : fixed_dq::pre_kernel<128>, tiles, 128, 0, stream, w, dout,
                      out, qkv, lse, T, NH);
-    attention_backward_flash_wgmma_dkdv_ws_launch<true>(dqkv, w.LD, w, dout, qkv, B, T, NH, HS, stream);
+    if (HS == 64) attention_backward_flash_wgmma_dkdv_ws_launch<64, DQ>(dqkv, w.LD, w, dout, qkv, B, T, NH, stream);
+    else if constexpr (DQ != DqBy::warpgroup)
+        attention_backward_flash_wgmma_dkdv_ws_launch<128, DQ>(dqkv, w.LD, w, dout, qkv, B, T, NH, stream);
     launch_dependent(HS == 64 ? fixed_dq::post_kernel<64> : fixed_dq::post_kernel<128>, tiles, 128, 0, stream, dqkv, w,
                      T, NH);
 }

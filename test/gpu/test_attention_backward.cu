@@ -8,7 +8,8 @@
 // Every engine is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4
 // warps); the wgmma engine's kernels run in both grid orders too (head by head, and heaviest first across heads:
 // the engine picks one by the grid's length), which must each give the engine's own bits, and its fused kernel
-// (dQ summed in fixed point: other bits, the same on every run; a NaN input must still reach dQ, the last case).
+// with dQ made by the consumers and by a dQ warpgroup (dQ summed in fixed point: other bits, the same on every run;
+// a NaN input must still reach dQ, the last case).
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -105,9 +106,15 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
         const std::string head_major = tag + " (wgmma, grid head by head)", heaviest_first = tag + " (wgmma, grid heaviest first)";
         Dev<char> ws_fused(fixed_dq::workspace_bytes(B, NH, T, C / NH));
         if (attention_backward_flash_wgmma_supports(C / NH)) {
-            kernels.push_back({tag + " (wgmma, fused, dQ in fixed point)", [&] {
-                attention_backward_flash_wgmma_fused(d_dqkv, ws_fused, d_dout, d_qkv, d_out, d_lse, B, T, NH, C / NH, 0);
+            kernels.push_back({tag + " (wgmma, fused, dQ in fixed point by the consumers)", [&] {
+                attention_backward_flash_wgmma_fused<DqBy::consumers>(d_dqkv, ws_fused, d_dout, d_qkv, d_out, d_lse, B, T,
+                                                                      NH, C / NH, 0);
             }});
+            if (C / NH == 64)  // (the dQ warpgroup's head size)
+                kernels.push_back({tag + " (wgmma, fused, dQ in fixed point by a dQ warpgroup)", [&] {
+                    attention_backward_flash_wgmma_fused<DqBy::warpgroup>(d_dqkv, ws_fused, d_dout, d_qkv, d_out, d_lse, B,
+                                                                          T, NH, C / NH, 0);
+                }});
             kernels.push_back({head_major, [&, D] {
                 attention_backward_flash_wgmma_in<GridOrder::head_major>(d_dqkv, D, d_dout, d_qkv, d_out, d_lse, B, T, NH,
                                                                          C / NH, 0);
@@ -170,8 +177,10 @@ TEST_CASE("attention backward (wgmma, fused): a NaN in dO, lse or K reaches dQ")
     const auto qkv = random_x(3 * btc, rng, 0.3, 1.0), dout = random_x(btc, rng);
     const int row = 77, h = 1;  // the poisoned query row of head h (and key, for K)
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    const char* names[3] = {"dO", "lse", "K"};
-    for (int what = 0; what < 3; what++) {
+    const std::string names[3] = {"dO", "lse", "K"};  // (doctest prints a const char* as a pointer)
+    for (int c = 0; c < 6; c++) {  // dO, lse, K with dQ made by the consumers, then by a dQ warpgroup
+        const int what = c % 3;
+        const DqBy by = c < 3 ? DqBy::consumers : DqBy::warpgroup;
         auto q = qkv, o = dout;
         if (what == 0) o[(size_t)row * C + h * HS + 5] = nan;
         if (what == 2) q[(size_t)row * 3 * C + C + h * HS + 5] = nan;
@@ -183,16 +192,21 @@ TEST_CASE("attention backward (wgmma, fused): a NaN in dO, lse or K reaches dQ")
             put(d_lse, lse);
         }
         cudaCheck(cudaMemset(d_dqkv.p, 0x3F, d_dqkv.n * sizeof(floatX)));  // finite: a NaN below is the kernels'
-        attention_backward_flash_wgmma_fused(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, 0);
+        if (by == DqBy::consumers)
+            attention_backward_flash_wgmma_fused<DqBy::consumers>(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, 0);
+        else
+            attention_backward_flash_wgmma_fused<DqBy::warpgroup>(d_dqkv, ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS, 0);
         const auto g = get(d_dqkv);
         const auto finite_dq = [&](int t) {
             for (int d = 0; d < HS; d++)
                 if (!std::isfinite(g[(size_t)t * 3 * C + h * HS + d])) return false;
             return true;
         };
-        CHECK_MESSAGE(!finite_dq(row), "a NaN in " << names[what] << " (row " << row << ") left that row of dQ finite");
+        const std::string who = by == DqBy::consumers ? " (dQ by the consumers)" : " (dQ by a dQ warpgroup)";
+        CHECK_MESSAGE(!finite_dq(row), "a NaN in " << names[what] << " (row " << row << ") left that row of dQ finite" << who);
         if (what < 2)  // (a NaN in K marks the whole head: its max |K| is NaN)
-            CHECK_MESSAGE(finite_dq(row - 1), "a NaN in " << names[what] << " of row " << row << " reached row " << row - 1);
+            CHECK_MESSAGE(finite_dq(row - 1),
+                          "a NaN in " << names[what] << " of row " << row << " reached row " << row - 1 << who);
     }
 }
 #endif

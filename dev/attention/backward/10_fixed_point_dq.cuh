@@ -7,7 +7,7 @@
 // bound on |dQ_i| (llmc/attention/wgmma_backward_fixed_dq.cuh derives it), and added with integer atomics. No
 // counters, no waits, any schedule, and the sum is the same integer every run (fixed-point accumulation, as
 // reproducible reductions do; e.g. Demmel and Nguyen, "Fast reproducible floating-point summation", 2013).
-// What changed from rung 6 (whose warp-specialized kernel this is, with FUSED_DQ): both consumer warpgroups
+// What changed from rung 6 (whose warp-specialized kernel this is, with DqBy::consumers): both consumer warpgroups
 // take every step (one of them idles through its first, all-masked, tile), each stores its dS^T to shared
 // memory, the two meet at a named barrier, and each issues one more wgmma, dS K_j over the block's 128 keys for
 // half of dQ_i's columns, while its dK runs; then it adds that share as int32 atomics (16 KB per 128 keys, half
@@ -23,7 +23,7 @@
 #pragma once
 
 #include "dev/attention/attention.cuh"
-#include "llmc/attention/wgmma_backward_ws.cuh"  // the kernel (FUSED_DQ) and its launch
+#include "llmc/attention/wgmma_backward_ws.cuh"  // the kernel (DqBy::consumers) and its launch
 
 namespace ladder::b10 {
 inline bool supports(int HS) { return HS == 64 || HS == 128; }  // and an sm_90a device, as rung 5
@@ -31,6 +31,6 @@ inline size_t workspace_bytes(int B, int NH, int T, int HS) { return flashgpt2::
 }  // namespace ladder::b10
 
 inline void attention_backward_fixed_point_dq(const AttnBwdParams& p) {
-    flashgpt2::attention_backward_flash_wgmma_fused(p.dqkv, p.workspace, p.dout, p.qkv, p.out, p.lse, p.B, p.T, p.NH,
+    flashgpt2::attention_backward_flash_wgmma_fused<flashgpt2::DqBy::consumers>(p.dqkv, p.workspace, p.dout, p.qkv, p.out, p.lse, p.B, p.T, p.NH,
                                                     p.HS, p.stream);
 }
