@@ -40,7 +40,7 @@ echo "runner bench --pass bwd: $(( $(date +%s) - t0 )) s"
 grep -E '^== |FAIL|error|wrote' "$OUT/bench_bwd.log" | head -40
 if [[ -f doc/results/attention_backward.md ]] && grep -q "^Attention backward" doc/results/attention_backward.md; then
   bash scripts/readme_table.sh doc/results/attention_backward.md attention-backward || status=1
-  for page in doc/attention/backward/[0-9]_*.md; do
+  for page in doc/attention/backward/[0-9]*_*.md; do
     block=doc/results/rungs/backward/$(basename "$page")
     [[ -f $block ]] && { bash scripts/readme_table.sh "$block" measured "$page" || status=1; }
   done
