@@ -22,6 +22,7 @@
 //
 // Sizes: the naive path runs any HS; the flash path what its engine runs (attention_check_shape).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
@@ -128,7 +129,11 @@ inline size_t attention_workspace_bytes(Variant v, int B, int T, int C, int NH) 
     const size_t btc = ws_round((size_t)B * T * C * sizeof(floatX)), tt = (size_t)B * NH * T * T;
     if (v == Variant::naive)  // q,k,v + O/dO permuted + dq,dk,dv; S/dP in fp32; dS
         return 7 * btc + ws_round(tt * sizeof(float)) + ws_round(tt * sizeof(floatX));
-    return ws_round(attention_backward_d_floats(B, NH, T) * sizeof(float));  // D = rowsum(dO * O), per row and tile
+    size_t d = attention_backward_d_floats(B, NH, T) * sizeof(float);  // D = rowsum(dO * O), per row and tile
+#if !defined(ENABLE_FP32)
+    if (NH > 0 && C % NH == 0) d = std::max(d, attention_backward_flash_wgmma_workspace_bytes(B, T, NH, C / NH));
+#endif
+    return ws_round(d);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -316,9 +321,9 @@ inline void attention_backward_flash(floatX* dqkv, void* ws, const floatX* dout,
     attention_check_heads(B, NH);
     const int HS = C / NH;
     float* D = WorkspaceCarver(ws).take<float>(attention_backward_d_floats(B, NH, T));  // rowsum(dO * O)
-    switch (attention_engine(engine, Pass::backward, HS)) {  // each computes D itself, then dQ, dK, dV
+    switch (attention_engine(engine, Pass::backward, HS)) {  // each computes D (or its own rows) itself, then dQ, dK, dV
 #if !defined(ENABLE_FP32)
-        case AttnEngine::wgmma: return attention_backward_flash_wgmma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+        case AttnEngine::wgmma: return attention_backward_flash_wgmma(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
         case AttnEngine::mma: return attention_backward_flash_mma(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
 #endif
         default: return attention_backward_flash_fp32(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);

@@ -157,7 +157,8 @@ inline void print_kernel_registry(FILE* f) {
     struct Engine { AttnEngine e; const char *files, *does; };
     static const Engine engines[] = {
         {AttnEngine::wgmma, "llmc/attention/wgmma_{forward,backward}.cuh",
-         "Hopper wgmma + TMA (sm_90a, BF16 build), HS 64/128: forward warp-specialized ping-pong, backward wgmma (its dK/dV warp-specialized at HS 128)"},
+         "Hopper wgmma + TMA (sm_90a, BF16 build), HS 64/128: forward warp-specialized ping-pong, backward wgmma (its dK/dV "
+         "warp-specialized at HS 128; at HS 64 from T = 4096 one fused kernel, dQ by a warpgroup of its own in fixed point)"},
         {AttnEngine::mma, "llmc/attention/mma_{forward,backward}.cuh",
          "bf16 mma.sync tensor cores (sm_80 on, BF16 build), HS 64"},
         {AttnEngine::fp32, "llmc/attention/fp32_{forward,backward}.cuh",

@@ -353,17 +353,33 @@ void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const bf16_t* 
                      T, NH);
 }
 
-// The engine's entry, the same interface as attention_backward_flash_mma: dqkv (B,T,3,NH,HS) from dout,
-// out (B,T,NH,HS), qkv and lse (B,NH,T); D is workspace of attention_backward_d_floats(B, NH, T) floats.
-// Head size 64: the two kernels of wgmma_backward.cuh, in the grid order attention_backward_flash_wgmma_order
-// picks. Head size 128: their dQ kernel, then this warp-specialized dK/dV kernel, which measured faster there
-// (dev rung 6's page). Every path gives the same bits: the same products in the same order. (The fused kernel
-// above, dev rung 10, is not taken yet: its page says where it measured faster and what the switch waits for.)
-inline void attention_backward_flash_wgmma(bf16_t* dqkv, float* D, const bf16_t* dout, const bf16_t* qkv,
+// Where the engine runs the fused kernel with a dQ warpgroup (dev rung 11) instead of two kernels: head size 64
+// from T = 4096 on, where it measured level with the two kernels or faster (rung 11's page); at shorter T its
+// pre-pass and last pass (O(T) bytes) cost more than the two tile products it saves.
+constexpr int FUSED_DQ_MIN_T = 4096;
+inline bool attention_backward_flash_wgmma_fused_here(int T, int HS) { return HS == 64 && T >= FUSED_DQ_MIN_T; }
+
+// The engine's workspace in bytes: D (two kernels) or the fused kernel's integer sums and per-tile rows.
+inline size_t attention_backward_flash_wgmma_workspace_bytes(int B, int T, int NH, int HS) {
+    return attention_backward_flash_wgmma_fused_here(T, HS) ? fixed_dq::workspace_bytes(B, NH, T, HS)
+                                                            : attention_backward_d_floats(B, NH, T) * sizeof(float);
+}
+
+// The engine's entry: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and lse (B,NH,T); ws: workspace of
+// attention_backward_flash_wgmma_workspace_bytes. Head size 64: from T = 4096 the fused kernel with a dQ
+// warpgroup (other bits than the two kernels, the same on every run); below, the two kernels of
+// wgmma_backward.cuh in the grid order attention_backward_flash_wgmma_order picks. Head size 128: their dQ
+// kernel, then this warp-specialized dK/dV kernel, which measured faster there (dev rung 6's page). The two
+// kernels' paths give the same bits: the same products in the same order. (The fused kernel with dQ made by the
+// consumers, dev rung 10, is not taken: rung 11 is faster where it is.)
+inline void attention_backward_flash_wgmma(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
-    if (HS == 128) {
+    float* D = static_cast<float*>(ws);
+    if (attention_backward_flash_wgmma_fused_here(T, HS)) {
+        attention_backward_flash_wgmma_fused<DqBy::warpgroup>(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
+    } else if (HS == 128) {
         attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
         attention_backward_flash_wgmma_dkdv_ws(dqkv, D, dout, qkv, B, T, NH, HS, stream);
     } else if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first) {
