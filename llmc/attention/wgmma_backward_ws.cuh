@@ -203,20 +203,25 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     // ---- consumers
     hp::setmaxnreg_inc<W::CONSUMER_REGS>();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
-    const int wg = warp / 4;  // this warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc
+    // This warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc. Read from lane 0, wg is warp-uniform in the
+    // compiler's eyes (a value derived from threadIdx is not), so the wgmma descriptors of K_j, V_j built from it
+    // live in uniform registers instead of being computed per thread and moved over before every wgmma.
+    const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
     const float sl2 = LOG2E / sqrtf((float)HS);
     // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
     // one tile ahead, so a __syncwarp is all the synchronization they need.
     const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers of LD_BYTES
-    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
+    const auto ld_copy = [&](const float* src, int bh_, int buf) {
         const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
-        const float* src = LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR;
         mma::cp_async_16(dst + 16 * lane, src + 4 * lane, 16);
         if constexpr (DQ == DqBy::consumers) {  // the third row, then the head's two maxima
             if (lane < 16) mma::cp_async_16(dst + 512 + 16 * lane, src + 128 + 4 * lane, 16);
             else if (lane < 18) mma::cp_async_4(dst + 768 + 4 * (lane - 16), dqw.kv_max + 2 * bh_ + lane - 16, 4);
         }
         mma::cp_async_commit();
+    };
+    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
+        ld_copy(LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR, bh_, buf);
     };
     int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
     for (int m = 0;; m++) {
@@ -230,15 +235,19 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
         const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
         const uint32_t Kw = sK + k * W::KV_BYTES + wg * W::TILE, Vw = sV + k * W::KV_BYTES + wg * W::TILE;
         float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-        for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++) {
+        const float* ld_src = LD + ((size_t)bh * n_qt + j0 / FB_BR) * W::LD_ROWS * FB_BR;  // tile i0's rows
+        for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++, ld_src += W::LD_ROWS * FB_BR) {
             const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
                 mma::cp_async_wait<0>();
                 __syncwarp();  // tile q's copy is visible to the warp's lanes, which are all done with the
                                // other buffer (tile q-1)
-                int nbh = bh, ni0 = i0 + FB_BR;  // the next tile: of this item, or the next item's first
-                bool next = ni0 < T;
-                if (!next && next_it < total) decode(next_it, nbh, ni0), next = true;
-                if (next) ld_prefetch(nbh, ni0, (q + 1) & 1);
+                if (i0 + FB_BR < T) {  // the next tile: of this item, right after this one's rows
+                    ld_copy(ld_src + W::LD_ROWS * FB_BR, bh, (q + 1) & 1);
+                } else if (next_it < total) {  // or the next item's first
+                    int nbh, ni0;
+                    decode(next_it, nbh, ni0);
+                    ld_prefetch(nbh, ni0, (q + 1) & 1);
+                }
             };
             const int s = n % W::STAGES;
             hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
