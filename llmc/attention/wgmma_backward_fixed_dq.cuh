@@ -71,31 +71,35 @@ __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) <
 __device__ __forceinline__ float row_scale(int e) { return e == NAN_ROW ? __int_as_float(0x7fc00000) : pow2(e); }
 __device__ __forceinline__ float row_unscale(int e) { return e == NAN_ROW ? __int_as_float(0x7fc00000) : pow2(-e); }
 
-// This warpgroup's HS/2 columns of the block's share of dQ_i, dq (64 queries x HS/2) = dS K_j, over the block's
-// 128 keys: dS^T in two swizzled tiles (keys 0-63 at ds, 64-127 at ds + FB_TILE; rows = keys), K_j's 64-key
-// tiles at k and k + HS/64 FB_TILE. Both operands MN-major (their rows are k). At head size 64 a warpgroup's 32
-// columns are the left or right half of K_j's 128-byte rows (a start 64 bytes in: the hardware swizzles the
-// address it computes); at 128 they are one whole panel.
-template <int HS>
-__device__ __forceinline__ void gemm_share(float (&dq)[HS / 16][4], uint32_t ds, uint32_t k, int wg) {
-    constexpr int TILE = HS / 64 * FB_TILE;
-    const uint32_t cols = HS == 64 ? 64 * wg : wg * FB_TILE;
+// N columns of the block's share of dQ_i, dq (64 queries x N) = dS K_j over the block's 128 keys: dS^T in two
+// swizzled tiles (keys 0-63 at ds, 64-127 at ds + FB_TILE; rows = keys), K_j's two 64-key tiles TILE bytes
+// apart from k, which points at the first of the N columns. Both operands MN-major (their rows are k). A slice
+// of 32 columns starts 64 bytes into K_j's 128-byte rows: the hardware swizzles the address it computes.
+template <int N, int TILE>
+__device__ __forceinline__ void gemm_cols(float (&dq)[N / 8][4], uint32_t ds, uint32_t k) {
+    static_assert(N == 32 || N == 64, "a half or a whole 128-byte panel of K_j's rows");
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {  // 16 keys a step
         const uint64_t a = wgmma_backward::mnmajor(ds + kk / 4 * FB_TILE, kk % 4);
-        const uint64_t b = wgmma_backward::mnmajor(k + kk / 4 * TILE + cols, kk % 4);
-        if constexpr (HS == 64) hopper::wgmma_m64n32k16_ss<1>(dq, a, b, kk > 0);
+        const uint64_t b = wgmma_backward::mnmajor(k + kk / 4 * TILE, kk % 4);
+        if constexpr (N == 32) hopper::wgmma_m64n32k16_ss<1>(dq, a, b, kk > 0);
         else hopper::wgmma_m64n64k16_ss<1>(dq, a, b, kk > 0);
     }
 }
-
-// The whole share, dq (64 queries x 64) = dS K_j over the block's 128 keys, for the dQ warpgroup of head size 64
-// (DqBy::warpgroup). Operands as above.
+// Consumer warpgroup wg's half of the share (DqBy::consumers): at head size 64 the left or right 32 columns of
+// K_j's rows, at 128 one whole panel.
+template <int HS>
+__device__ __forceinline__ void gemm_share(float (&dq)[HS / 16][4], uint32_t ds, uint32_t k, int wg) {
+    gemm_cols<HS / 2, HS / 64 * FB_TILE>(dq, ds, k + (HS == 64 ? 64 * wg : wg * FB_TILE));
+}
+// The whole share, for the dQ warpgroup of head size 64 (DqBy::warpgroup).
 __device__ __forceinline__ void gemm_share_all(float (&dq)[8][4], uint32_t ds, uint32_t k) {
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++)
-        hopper::wgmma_m64n64k16_ss<1>(dq, wgmma_backward::mnmajor(ds + kk / 4 * FB_TILE, kk % 4),
-                                          wgmma_backward::mnmajor(k + kk / 4 * FB_TILE, kk % 4), kk > 0);
+    gemm_cols<64, FB_TILE>(dq, ds, k);
+}
+
+// |dO_i|_2 of query tile `tile`'s rows 16 warp + g (and, 8 further on, + 8): the third of its LD_ROWS rows.
+__device__ __forceinline__ const float* dO_norms(const Workspace& w, size_t tile, int warp, int g) {
+    return w.LD + (tile * LD_ROWS + 2) * FB_BR + 16 * warp + g;
 }
 
 // round(x s) as an int, for |x s| < 2^22: x s + 1.5 · 2^23 lies in [2^23, 2^24), where a float's unit in the
@@ -179,7 +183,7 @@ static __global__ void __launch_bounds__(128) post_kernel(bf16_t* dqkv, Workspac
     const int bh = blockIdx.y, it = blockIdx.x, n_qt = gridDim.x;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const size_t tile = (size_t)bh * n_qt + it;
-    const float* dn = w.LD + (tile * LD_ROWS + 2) * FB_BR + 16 * warp + g;  // |dO_i|_2 of rows 16 w + g, + 8
+    const float* dn = dO_norms(w, tile, warp, g);
     const float inv[2] = {row_unscale(row_exponent(dn[0], w.kv_max + 2 * bh)), row_unscale(row_exponent(dn[8], w.kv_max + 2 * bh))};
     const int* acc = w.acc + tile * FB_BR * HS + threadIdx.x;
     float dq[HS / 8][4];

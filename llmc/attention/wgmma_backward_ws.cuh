@@ -178,7 +178,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                 const unsigned* kv = dqw.kv_max + 2 * bh;
                 for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {
                     const size_t tile = (size_t)bh * n_qt + i0 / FB_BR;
-                    const float* dn = dqw.LD + (tile * W::LD_ROWS + 2) * FB_BR + 16 * warp + g;  // |dO_i|_2, rows g, g+8
+                    const float* dn = fixed_dq::dO_norms(dqw, tile, warp, g);
                     const float dn0 = dn[0], dn1 = dn[8];  // loaded while the consumers make dS
                     const int d = n % W::DS_BUFS;
                     const uint32_t ds = base + W::DS_OFF + d * W::NC * FB_TILE;
