@@ -211,7 +211,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
     // one tile ahead, so a __syncwarp is all the synchronization they need.
     const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers of LD_BYTES
-    const auto ld_copy = [&](const float* src, int bh_, int buf) {
+    const auto ld_copy = [&](const float* src, int bh_, int buf) {  // a tile's rows at src (of head bh_) -> buffer buf
         const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
         mma::cp_async_16(dst + 16 * lane, src + 4 * lane, 16);
         if constexpr (DQ == DqBy::consumers) {  // the third row, then the head's two maxima
@@ -220,7 +220,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
         }
         mma::cp_async_commit();
     };
-    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {
+    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {  // the rows of the tile at i0_ of head bh_
         ld_copy(LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR, bh_, buf);
     };
     int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
