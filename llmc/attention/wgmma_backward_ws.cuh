@@ -205,7 +205,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
     // This warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc. Read from lane 0, wg is warp-uniform in the
     // compiler's eyes (a value derived from threadIdx is not), so the wgmma descriptors of K_j, V_j built from it
-    // live in uniform registers instead of being computed per thread and moved over before every wgmma.
+    // may stay in uniform registers instead of being computed per thread and moved there before every wgmma.
     const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
     const float sl2 = LOG2E / sqrtf((float)HS);
     // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
