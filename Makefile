@@ -244,7 +244,12 @@ build/memory_wall: dev/memory_wall.cu $(wildcard dev/*.cuh dev/attention/*.cuh) 
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
 
-CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall
+# The MLP's GELU matmuls: the wgmma engine beside cuBLASLt's fused and plain GEMMs, validated then timed.
+build/matmul_gelu_bench: dev/matmul/gelu_bench.cu $(wildcard dev/*.cuh) $(LLMC_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
+
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall build/matmul_gelu_bench
 
 # cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
 cuda: $(CUDA_BINS)
@@ -262,6 +267,10 @@ dev-attention: build/attention_runner
 bench-attention: build/attention_runner
 	OUT=log/bench-attention bash scripts/bench/20_attention_forward.sh
 	ANCHORS=log/bench-attention/sdpa.log SKIP_SANITIZER=1 OUT=log/bench-attention/backward bash scripts/bench/22_attention_backward.sh
+
+# bench-matmul: the MLP's two GELU matmuls (fc forward, fcproj's dinp) on the wgmma engine against cuBLASLt's fused epilogues and its plain GEMM, GPT-2 d12/d24/d48 shapes, each validated first; writes doc/results/matmul_gelu.md
+bench-matmul: build/matmul_gelu_bench
+	./build/matmul_gelu_bench --out doc/results/matmul_gelu.md
 
 # bench-attention-bwd: the backward ladder alone: odd-T validation of every rung, the bench on the anchor shapes beside cuDNN/FA2, compute-sanitizer on a small shape; writes doc/results/attention_backward.{csv,md,png}, the README table and the backward rung pages' "Measured" blocks
 bench-attention-bwd: build/attention_runner
@@ -366,4 +375,4 @@ clean:
 help:
 	@grep -E '^# [a-z0-9-]+: ' Makefile | sed 's/^# /  make /'
 
-.PHONY: data tools sample plots export-hf import-hf test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context long-context-curve distributed all clean help
+.PHONY: data tools sample plots export-hf import-hf test fuzz fault reliability cuda test-gpu dev-attention bench-attention bench-matmul bench-attention-bwd train compare bench-train r1-spread nf-layers profile-step long-context long-context-curve distributed all clean help

@@ -1,0 +1,202 @@
+// The MLP's GELU matmuls: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against cuBLASLt with the same fused
+// epilogue (GELU_AUX_BIAS forward, DGELU backward) and against cuBLASLt's plain GEMM of the same shape (the bias
+// epilogue forward, none backward): what the epilogue costs each of them.
+//   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
+// Validation: sampled rows (the first, the last and 62 random ones), every column, against a double-precision
+// oracle computed here; both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
+// in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp). Outputs are poisoned with NaN first.
+// Timing: dev/harness.cuh's benchmark (CUDA events, L2 flushed before each run, median).
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+#include "dev/harness.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/matmul/wgmma_gelu.cuh"
+#include "llmc/peak.h"
+#include "llmc/profile.h"
+
+using namespace flashgpt2;
+namespace hn = flashgpt2::harness;
+using bf16 = __nv_bfloat16;
+
+struct Shape {
+    int M, N, K;
+    const char* what;
+};
+
+static double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_ref(double x) {
+    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = std::tanh(u);
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+
+struct Buffers {
+    std::vector<uint16_t> a, w, bias, pre_in;  // host copies (bf16 bits)
+    bf16 *da, *dw, *dbias, *dpre_in, *dout, *dpre;
+};
+
+static bf16* upload(const std::vector<uint16_t>& h) {
+    bf16* d;
+    cudaCheck(cudaMalloc(&d, h.size() * 2));
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    return d;
+}
+static std::vector<float> download(const bf16* d, size_t n) {
+    std::vector<uint16_t> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = hn::bf16_to_float(h[i]);
+    return f;
+}
+
+static Buffers make_buffers(const Shape& s, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Buffers b;
+    auto fill = [&](std::vector<uint16_t>& v, size_t n, float scale) {
+        v.resize(n);
+        for (auto& x : v) x = hn::bf16_bits(scale * u(rng));
+    };
+    fill(b.a, (size_t)s.M * s.K, 1.0f);
+    fill(b.w, (size_t)s.N * s.K, 2.0f / std::sqrt((float)s.K));  // pre of order 1: GELU's curved part
+    fill(b.bias, s.N, 0.5f);
+    fill(b.pre_in, (size_t)s.M * s.N, 3.0f);
+    b.da = upload(b.a), b.dw = upload(b.w), b.dbias = upload(b.bias), b.dpre_in = upload(b.pre_in);
+    cudaCheck(cudaMalloc(&b.dout, (size_t)s.M * s.N * 2));
+    cudaCheck(cudaMalloc(&b.dpre, (size_t)s.M * s.N * 2));
+    return b;
+}
+static void free_buffers(Buffers& b) {
+    for (bf16* p : {b.da, b.dw, b.dbias, b.dpre_in, b.dout, b.dpre}) cudaCheck(cudaFree(p));
+}
+
+// The two passes, by engine. Forward: w is (N, K); backward: the same w bytes read as (K, N), dout = a.
+static void run_forward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
+    if (engine) matmul_forward_gelu_wgmma(b.dout, b.dpre, b.da, b.dw, b.dbias, s.M, s.N, s.K, 0);
+    else matmul_forward_flash(b.dout, b.da, b.dw, b.dbias, s.M, s.K, s.N, fused ? b.dpre : nullptr, 0);
+}
+static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
+    if (engine) matmul_backward_dgelu_wgmma(b.dout, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
+    else  // column-major: dpre^T (N, M) = (w as (N,K) col-major) @ (dout as (K,M))
+        cublaslt_matmul(b.dout, b.dw, b.da, s.N, s.M, s.K, false, false, s.N, s.K, s.N, 0.0f,
+                        fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                        fused ? b.dpre_in : nullptr, s.N, 0);
+}
+
+// Validates one pass of one shape; returns false on failure.
+static bool validate(const Shape& s, Buffers& b, bool backward, std::mt19937& rng) {
+    std::vector<int> rows = {0, s.M - 1};
+    std::uniform_int_distribution<int> pick(0, s.M - 1);
+    while ((int)rows.size() < std::min(s.M, 64)) rows.push_back(pick(rng));
+    // oracle, in double, on the sampled rows
+    const size_t n_out = rows.size() * (size_t)s.N;
+    std::vector<double> ref_out(n_out), ref_pre(n_out);
+    for (size_t i = 0; i < rows.size(); i++) {
+        const int r = rows[i];
+        for (int c = 0; c < s.N; c++) {
+            double acc = 0;
+            for (int k = 0; k < s.K; k++) {
+                const double w = backward ? hn::bf16_to_float(b.w[(size_t)k * s.N + c])
+                                          : hn::bf16_to_float(b.w[(size_t)c * s.K + k]);
+                acc += hn::bf16_to_float(b.a[(size_t)r * s.K + k]) * w;
+            }
+            const size_t o = i * s.N + c;
+            if (backward) {
+                ref_out[o] = acc * gelu_grad_ref(hn::bf16_to_float(b.pre_in[(size_t)r * s.N + c]));
+            } else {
+                ref_pre[o] = acc + hn::bf16_to_float(b.bias[c]);
+                ref_out[o] = gelu_ref(ref_pre[o]);
+            }
+        }
+    }
+    rule::ErrorStats err[2][2];  // [engine][out, pre]
+    for (int engine = 0; engine < 2; engine++) {
+        hn::poison(b.dout, (size_t)s.M * s.N * 2, 0);
+        hn::poison(b.dpre, (size_t)s.M * s.N * 2, 0);
+        backward ? run_backward(engine, s, b) : run_forward(engine, s, b);
+        cudaCheck(cudaDeviceSynchronize());
+        for (int t = 0; t < (backward ? 1 : 2); t++) {
+            const std::vector<float> got = download(t == 0 ? b.dout : b.dpre, (size_t)s.M * s.N);
+            rule::ErrorAccumulator acc;
+            for (float g : got)
+                if (!std::isfinite(g)) acc.s.nonfinite++;  // anywhere in the output, sampled or not
+            for (size_t i = 0; i < rows.size(); i++)
+                for (int c = 0; c < s.N; c++)
+                    acc.add(got[(size_t)rows[i] * s.N + c], (t == 0 ? ref_out : ref_pre)[i * s.N + c], i * s.N + c);
+            err[engine][t] = acc.finish();
+        }
+    }
+    bool ok = true;
+    for (int t = 0; t < (backward ? 1 : 2); t++) {
+        const bool pass = rule::bf16_ok(err[1][t], err[0][t], true);
+        ok = ok && pass;
+        printf("  %-8s %-4s M %6d N %5d K %5d  %zu rows: wgmma max %.3e rel %.2e | cuBLASLt max %.3e rel %.2e  %s\n",
+               backward ? "backward" : "forward", t == 0 ? "out" : "pre", s.M, s.N, s.K, rows.size(), err[1][t].max_abs,
+               err[1][t].rel, err[0][t].max_abs, err[0][t].rel, pass ? "ok" : "FAIL");
+    }
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    std::string out_path;
+    bool validate_first = true, only_first = false;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+        else if (a == "--time-only") validate_first = false;   // experiments that do not compute the product
+        else if (a == "--first") only_first = true;            // the first GPT-2 shape only (for a profiler)
+        else fail("usage: %s [--out FILE] [--time-only] [--first]", argv[0]);
+    }
+    if (!matmul_gelu_wgmma_supports(8, 8)) fail("matmul_gelu_bench: needs an sm_90a build on an H100/H200");
+    std::mt19937 rng(1234);
+    const std::vector<Shape> odd = {{1, 8, 8, "odd"}, {74, 384, 96, "odd"}, {300, 264, 200, "odd"},
+                                    {1000, 520, 776, "odd"}};
+    const std::vector<Shape> gpt2 = {{16384, 3072, 768, "d12 B=16"}, {65536, 3072, 768, "d12 B=64"},
+                                     {16384, 4096, 1024, "d24 B=16"}, {8192, 6400, 1600, "d48 B=8"}};
+    bool ok = true;
+    printf("validation (bf16 rule, cuBLASLt in the naive kernel's place):\n");
+    for (const auto& list : {odd, gpt2})
+        for (const Shape& s : list) {
+            if (!validate_first) break;
+            Buffers b = make_buffers(s, rng);
+            ok = validate(s, b, false, rng) && ok;
+            ok = validate(s, b, true, rng) && ok;
+            free_buffers(b);
+        }
+    if (!ok) {
+        printf("validation FAILED: not timed\n");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    std::string table = std::string("The MLP's GELU matmuls, bf16: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against "
+        "cuBLASLt with the same fused epilogue (GELU_AUX_BIAS, DGELU) and cuBLASLt's plain GEMM of the shape (bias "
+        "only; none). Card: ") + prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
+        "; CUDA events, median, L2 flushed before each run; % of the " + PEAK_BF16_NAME + ".\n\n"
+        "| shape (M, N, K) | model | pass | wgmma (ms) | cuBLASLt fused (ms) | cuBLASLt plain (ms) | wgmma TFLOP/s | "
+        "% of peak | fused ÷ wgmma |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n";
+    for (const Shape& s : gpt2) {
+        if (only_first && &s != &gpt2[0]) break;
+        Buffers b = make_buffers(s, rng);
+        for (int backward = 0; backward < 2; backward++) {
+            double ms[3];
+            for (int v = 0; v < 3; v++) {  // wgmma, cuBLASLt fused, cuBLASLt plain
+                auto launch = [&] {
+                    backward ? run_backward(v == 0, s, b, v < 2) : run_forward(v == 0, s, b, v < 2);
+                };
+                ms[v] = hn::benchmark(launch, 0).median_ms;
+            }
+            char line[256];
+            const double tflops = 2.0 * s.M * s.N * s.K / (ms[0] * 1e9);
+            snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× |\n",
+                     s.M, s.N, s.K, s.what, backward ? "backward (DGELU)" : "forward (GELU, bias)", ms[0], ms[1], ms[2],
+                     tflops, 100.0 * tflops / PEAK_BF16_TFLOPS, ms[1] / ms[0]);
+            table += line;
+        }
+        free_buffers(b);
+    }
+    printf("\n%s", table.c_str());
+    if (!out_path.empty()) write_file_atomic(out_path, table);
+    return 0;
+}
