@@ -341,6 +341,7 @@ inline TrainResult train(const TrainOptions& o) {
     // the run's header: stdout and main.log say which kernels run, attention's engines per pass included
     const std::string kernels_line = std::string("kernels: ") + o.kernels.str() + "; attention: " +
                                      attention_kernels_str(model.ks, cfg.channels / cfg.num_heads) +
+                                     "; matmul: " + matmul_kernels_str(model.ks, cfg.channels) +
                                      (pdl_enabled() && pdl_supported() ? "; launches: PDL" : "; launches: ordinary");
     char head[512];
     snprintf(head, sizeof head, "device: %s (%.1f GiB), precision %s, %s", prop.name, gib(prop.totalGlobalMem),

@@ -54,6 +54,7 @@ inline Variant parse_variant(const std::string& s, const std::string& what) {
 struct KernelSet {
     std::array<Variant, NUM_LAYERS> variant;         // indexed by Layer
     AttnEngine attention_engine = AttnEngine::best;  // what `--attention flash[:engine]` asked for
+    MatmulEngine matmul_engine = MatmulEngine::best;  // what `--matmul flash[:engine]` asked for (GELU matmuls)
 
     KernelSet() { variant.fill(Variant::flash); }
     static KernelSet all(Variant v) {
@@ -76,35 +77,45 @@ struct KernelSet {
         fail("--%s: unknown layer (expected one of %s)", name.c_str(), all.c_str());
     }
 
-    // --attention naive  ->  ks.set("attention", "naive");  --attention flash:mma  ->  flash with engine mma.
+    // --attention naive  ->  ks.set("attention", "naive");  --attention flash:mma  ->  flash with engine mma;
+    // --matmul flash:cublaslt  ->  flash matmuls, the GELU ones on cuBLASLt too.
     void set(const std::string& layer, const std::string& value) {
         const Layer l = layer_named(layer);
         const size_t colon = value.find(':');
-        if (colon != std::string::npos && l == Layer::attention && value.substr(0, colon) == "flash") {
+        const bool has_engine = l == Layer::attention || l == Layer::matmul;
+        if (colon != std::string::npos && has_engine && value.substr(0, colon) == "flash") {
             variant[static_cast<int>(l)] = Variant::flash;
-            attention_engine = parse_engine(value.substr(colon + 1), "--attention");
+            if (l == Layer::attention) attention_engine = parse_engine(value.substr(colon + 1), "--attention");
+            else matmul_engine = parse_matmul_engine(value.substr(colon + 1), "--matmul");
             return;
         }
         variant[static_cast<int>(l)] = parse_variant(value, "--" + layer);
         if (l == Layer::attention) attention_engine = AttnEngine::best;
+        if (l == Layer::matmul) matmul_engine = MatmulEngine::best;
     }
 
-    // "flash" / "naive" when uniform, else "encoder=flash layernorm=naive ..."; an attention engine asked for
-    // by name is part of it ("flash attention=flash:mma"). For logs and tables.
+    // "flash" / "naive" when uniform, else "encoder=flash layernorm=naive ..."; an engine asked for by name is
+    // part of it ("flash attention=flash:mma"). For logs and tables.
     std::string str() const {
         bool same = true;
         for (Variant v : variant) same = same && v == variant[0];
         const std::string engine = attention_engine == AttnEngine::best ? "" : std::string(":") + engine_name(attention_engine);
-        if (same) return variant_name(variant[0]) + (engine.empty() ? "" : " attention=flash" + engine);
+        const std::string mm = matmul_engine == MatmulEngine::best ? "" : std::string(":") + engine_name(matmul_engine);
+        if (same)
+            return variant_name(variant[0]) + (engine.empty() ? "" : " attention=flash" + engine) +
+                   (mm.empty() ? "" : " matmul=flash" + mm);
         std::string s;
         for (int i = 0; i < NUM_LAYERS; i++) {
             s += std::string(s.empty() ? "" : " ") + LAYER_NAMES[i] + "=" + variant_name(variant[i]);
             if (layer_at(i) == Layer::attention && variant[i] == Variant::flash) s += engine;
+            if (layer_at(i) == Layer::matmul && variant[i] == Variant::flash) s += mm;
         }
         return s;
     }
 
-    bool operator==(const KernelSet& o) const { return variant == o.variant && attention_engine == o.attention_engine; }
+    bool operator==(const KernelSet& o) const {
+        return variant == o.variant && attention_engine == o.attention_engine && matmul_engine == o.matmul_engine;
+    }
 };
 
 // What runs for attention, forward and backward, at head size HS: "naive" or "flash (forward wgmma, backward
@@ -113,6 +124,14 @@ inline std::string attention_kernels_str(const KernelSet& ks, int HS) {
     if (ks.naive(Layer::attention)) return "naive";
     return std::string("flash (forward ") + engine_name(attention_engine(ks.attention_engine, Pass::forward, HS)) +
            ", backward " + engine_name(attention_engine(ks.attention_engine, Pass::backward, HS)) + ")";
+}
+
+// What runs for the matmuls of a model of width C: "naive" or "flash (cuBLASLt; GELU matmuls wgmma)".
+inline std::string matmul_kernels_str(const KernelSet& ks, int C) {
+    if (ks.naive(Layer::matmul)) return "naive";
+    if (ks.naive(Layer::gelu)) return "flash (cuBLASLt)";  // no GELU in any matmul
+    // both are (N, 4C) outputs, C deep: fc's forward and fcproj's dinp
+    return std::string("flash (cuBLASLt; GELU matmuls ") + engine_name(gelu_matmul_engine(ks.matmul_engine, 4 * C, C)) + ")";
 }
 
 // --list-kernels: layer -> naive kernel, flash kernel, and what each does; one row per Layer, in its order.
@@ -132,7 +151,8 @@ inline void print_kernel_registry(FILE* f) {
         {"matmul_{forward,backward}_naive", "one thread per output element, operands read from global memory",
          "matmul_{forward,backward}_flash",
          "cuBLASLt tensor-core GEMM with bias (and GELU) fused in the epilogue; dbias by a deterministic "
-         "two-stage column sum"},
+         "two-stage column sum; on Hopper (BF16) the two GELU matmuls run our wgmma GEMM "
+         "(llmc/matmul/wgmma_gelu.cuh; --matmul flash:cublaslt keeps them on cuBLASLt)"},
         {"attention_{forward,backward}_naive",
          "standard attention: S=QK^T and P=softmax(S) written to HBM, (B,NH,T,T) per layer, then O=PV "
          "(cuBLAS batched GEMMs + softmax kernel)",
@@ -141,8 +161,8 @@ inline void print_kernel_registry(FILE* f) {
          "from lse (FlashAttention-2); three engines, below"},
         {"gelu_{forward,backward}_naive", "its own elementwise kernel (tanh approximation)",
          "gelu_{forward,backward}_flash",
-         "fused into the matmul epilogue (cuBLASLt GELU_AUX / DGELU) when the matmul is flash; else a "
-         "vectorized kernel"},
+         "fused into the matmul epilogue (the wgmma GEMM's, or cuBLASLt GELU_AUX / DGELU) when the matmul is "
+         "flash; else a vectorized kernel"},
         {"residual_forward_naive", "its own kernel: out = a + b (backward: none, the gradient passes through)",
          "residual_forward_flash",
          "fused with the next layernorm (residual_layernorm_forward_flash) when layernorm is flash; "
@@ -211,6 +231,8 @@ inline void check_kernel_support(const KernelSet& ks, int C, int NH) {
         fail("channels %d: the flash layernorm backward keeps 3 accumulators of the row per warp, %zu bytes of shared "
              "memory, over the 227 KiB of a block (at most 2304 channels; or use --layernorm naive)", C,
              layernorm_backward_flash_smem(C));
+    // an engine asked for by name for the GELU matmuls must run here (an Error that names the alternative)
+    if (ks.flash(Layer::matmul) && ks.flash(Layer::gelu)) gelu_matmul_engine(ks.matmul_engine, 4 * C, C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -309,12 +331,13 @@ inline void gelu_backward(const OpContext& ctx, floatX* dinp, const floatX* inp,
 inline bool gelu_fused(const KernelSet& ks) { return ks.flash(Layer::matmul) && ks.flash(Layer::gelu); }
 
 // pre_gelu (N,OC) = inp @ w^T + bias;  out_gelu (N,OC) = gelu(pre_gelu).
-// Flash matmul + flash gelu: one cuBLASLt call with the GELU_AUX_BIAS epilogue (writes both), charged to matmul.
+// Flash matmul + flash gelu: one GEMM writes both, GELU in its epilogue (the wgmma engine's, or cuBLASLt's
+// GELU_AUX_BIAS), charged to matmul.
 inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* pre_gelu, const floatX* inp,
                                 const floatX* w, const floatX* bias, int N, int C, int OC) {
     if (gelu_fused(ctx.ks)) {
         ProfileSpan s(ctx.prof, Layer::matmul, Pass::forward, ctx.stream);
-        matmul_forward_flash(out_gelu, inp, w, bias, N, C, OC, pre_gelu, ctx.stream);
+        matmul_forward_flash(out_gelu, inp, w, bias, N, C, OC, pre_gelu, ctx.stream, ctx.ks.matmul_engine);
     } else {
         matmul_forward(ctx, pre_gelu, inp, w, bias, N, C, OC);
         gelu_forward(ctx, out_gelu, pre_gelu, (size_t)N * OC);
@@ -323,7 +346,8 @@ inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* 
 
 // dinp (N,C) = dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias (OC) += colsum(dout) (dbias may be null).
 // pre_gelu (N,C) non-null: the input of this matmul was gelu(pre_gelu), and dinp is returned already
-// multiplied by gelu'(pre_gelu) (flash+flash: cuBLASLt DGELU epilogue; otherwise the gelu backward op).
+// multiplied by gelu'(pre_gelu) (flash+flash: the GEMM's epilogue, wgmma's or cuBLASLt's DGELU; otherwise the
+// gelu backward op).
 inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
                             const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC) {
     const bool fuse_gelu = pre_gelu && gelu_fused(ctx.ks);
@@ -333,7 +357,7 @@ inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floa
             matmul_backward_naive(dinp, dw, dbias, dout, inp, w, N, C, OC, ctx.stream);
         else
             matmul_backward_flash(dinp, dw, dbias, ctx.ws, dout, inp, w, fuse_gelu ? pre_gelu : nullptr, N, C, OC,
-                                  ctx.stream);
+                                  ctx.stream, ctx.ks.matmul_engine);
     }
     if (pre_gelu && !fuse_gelu) gelu_backward(ctx, dinp, pre_gelu, dinp, (size_t)N * C);
 }

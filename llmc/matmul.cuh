@@ -7,6 +7,9 @@
 //        outputs, so each element is read from HBM a handful of times instead of OC or N times. The bias
 //        add (and GELU, see gelu.cuh) happens in the epilogue, on the accumulator, before the one write.
 //        dbias is a deterministic two-stage column sum (per-split partials, then a fixed-order sum).
+//        Two engines: cuBLASLt for every call, and on Hopper in BF16 builds our own wgmma kernel for the two
+//        calls that carry GELU (the MLP's fc forward and fcproj's dinp; llmc/matmul/wgmma_gelu.cuh), where
+//        cuBLASLt's fused epilogues cost more than the GEMM's own time (doc/kernels.md).
 //
 // Row-major (N,C) is column-major (C,N): cuBLAS sees out^T (OC,N) = w^T... written below per call.
 // FP32 build: CUBLAS_COMPUTE_32F, true fp32 (no TF32), the exactness reference.
@@ -21,6 +24,9 @@
 #include "llmc/fileio.h"
 #include "llmc/kernel_common.cuh"
 #include "llmc/matmul_algos.h"
+#if !defined(ENABLE_FP32)
+#include "llmc/matmul/wgmma_gelu.cuh"
+#endif
 
 namespace flashgpt2 {
 
@@ -61,6 +67,41 @@ inline uint32_t ptr_alignment(const void* p) {
     uint32_t a = 256;
     while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a >>= 1;
     return a;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The flash matmul's engine for the calls that carry GELU (`--matmul flash[:engine]`; every other call is
+// cuBLASLt's): best = wgmma wherever it runs.
+enum class MatmulEngine { best, cublaslt, wgmma };
+constexpr MatmulEngine MATMUL_ENGINES[] = {MatmulEngine::cublaslt, MatmulEngine::wgmma};
+inline const char* engine_name(MatmulEngine e) {
+    return e == MatmulEngine::cublaslt ? "cublaslt" : e == MatmulEngine::wgmma ? "wgmma" : "best";
+}
+inline MatmulEngine parse_matmul_engine(const std::string& s, const std::string& what) {
+    for (MatmulEngine e : MATMUL_ENGINES)
+        if (s == engine_name(e)) return e;
+    fail("%s: unknown matmul engine '%s' (expected cublaslt or wgmma)", what.c_str(), s.c_str());
+}
+// Why engine e cannot run a GELU matmul of N output columns, K deep, here; nullptr when it can.
+inline const char* matmul_engine_unsupported(MatmulEngine e, int N, int K) {
+    if (e != MatmulEngine::wgmma) return nullptr;
+#if defined(ENABLE_FP32)
+    (void)N, (void)K;
+    return "it is bf16: it needs the BF16 build (PRECISION=BF16)";
+#else
+    if (!hopper::sm90a_available()) return "it needs an sm_90a build on an H100/H200";
+    if (N % 8 != 0 || K % 8 != 0) return "its TMA copies need both dimensions a multiple of 8";
+    return nullptr;
+#endif
+}
+// The engine that runs a GELU matmul: the request, or an Error naming why it cannot; best = wgmma when it can.
+inline MatmulEngine gelu_matmul_engine(MatmulEngine request, int N, int K) {
+    if (request == MatmulEngine::best)
+        return matmul_engine_unsupported(MatmulEngine::wgmma, N, K) ? MatmulEngine::cublaslt : MatmulEngine::wgmma;
+    if (const char* why = matmul_engine_unsupported(request, N, K))
+        fail("--matmul flash:%s cannot run the GELU matmul (N %d, K %d): %s (--matmul flash:cublaslt can)",
+             engine_name(request), N, K, why);
+    return request;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -260,9 +301,15 @@ inline void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* w
 }
 
 // pre_gelu == nullptr: out = inp @ w^T + bias.
-// pre_gelu != nullptr: pre_gelu = inp @ w^T + bias and out = gelu(pre_gelu), both from the one GEMM.
+// pre_gelu != nullptr: pre_gelu = inp @ w^T + bias and out = gelu(pre_gelu), both from the one GEMM, on the
+// engine gelu_matmul_engine(engine, OC, C) picks.
 inline void matmul_forward_flash(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
-                                 int OC, floatX* pre_gelu, cudaStream_t stream) {
+                                 int OC, floatX* pre_gelu, cudaStream_t stream,
+                                 MatmulEngine engine = MatmulEngine::best) {
+    const bool wgmma = pre_gelu && gelu_matmul_engine(engine, OC, C) == MatmulEngine::wgmma;
+#if !defined(ENABLE_FP32)
+    if (wgmma) return matmul_forward_gelu_wgmma(out, pre_gelu, inp, w, bias, N, OC, C, stream);
+#endif
     // column-major: out^T (OC, N) = (w as (C,OC))^T @ (inp as (C,N))
     cublasLtEpilogue_t ep = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                      : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
@@ -360,13 +407,19 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     dbias[c] = from_float<floatX>(to_float(dbias[c]) + s);
 }
 
-// pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU).
+// pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU, or the
+// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks).
 inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void* ws, const floatX* dout,
                                   const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best) {
+    const bool wgmma = pre_gelu && gelu_matmul_engine(engine, C, OC) == MatmulEngine::wgmma;
+#if !defined(ENABLE_FP32)
+    if (wgmma) matmul_backward_dgelu_wgmma(dinp, pre_gelu, dout, w, N, C, OC, stream);
+#endif
     // dinp^T (C, N) = (w as (C,OC)) @ (dout as (OC,N))
-    cublaslt_matmul(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
-                    pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, pre_gelu, C, stream);
+    if (!wgmma)
+        cublaslt_matmul(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                        pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, pre_gelu, C, stream);
     // dw^T (C, OC) += (inp as (C,N)) @ (dout as (OC,N))^T
     cublaslt_matmul(dw, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
                     0, stream);

@@ -53,7 +53,13 @@ TEST_CASE("kernel registry: --kernels, per-layer overrides, attention engines, b
     CHECK_THROWS_WITH_AS(ks.set("softmax", "flash"), doctest::Contains("--softmax: unknown layer"), Error);
     CHECK_THROWS_WITH_AS(ks.set("gelu", "fast"), doctest::Contains("unknown kernel variant 'fast'"), Error);
     CHECK_THROWS_WITH_AS(ks.set("attention", "flash:tpu"), doctest::Contains("unknown attention engine 'tpu'"), Error);
-    CHECK_THROWS_WITH_AS(ks.set("matmul", "flash:mma"), doctest::Contains("unknown kernel variant"), Error);
+    CHECK_THROWS_WITH_AS(ks.set("matmul", "flash:mma"), doctest::Contains("unknown matmul engine 'mma'"), Error);
+    CHECK_THROWS_WITH_AS(ks.set("gelu", "flash:wgmma"), doctest::Contains("unknown kernel variant"), Error);
+    ks.set("matmul", "flash:cublaslt");
+    CHECK(ks.matmul_engine == MatmulEngine::cublaslt);
+    CHECK(ks.str().find("matmul=flash:cublaslt") != std::string::npos);
+    ks.set("matmul", "flash");  // plain flash forgets the engine
+    CHECK(ks.matmul_engine == MatmulEngine::best);
     CHECK_THROWS_AS(KernelSet::all("fastest"), Error);
     CHECK_THROWS_WITH_AS(check_kernel_support(KernelSet{}, 96, 2), doctest::Contains("head size 48"), Error);
     CHECK_NOTHROW(check_kernel_support(KernelSet::all(Variant::naive), 96, 2));  // naive takes any head size
@@ -314,15 +320,18 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
     if (bias) put(d_b, bvec);
     const floatX* b_ptr = bias ? (const floatX*)d_b : nullptr;
 
-    // naive, flash, then the mixed sets that split matmul+gelu fusions
-    KernelSet mm_flash_gelu_naive, mm_naive_gelu_flash = KernelSet::all(Variant::naive);
+    // naive, flash, the mixed sets that split matmul+gelu fusions, and flash with the GELU matmuls on cuBLASLt
+    // (plain flash runs them on the wgmma engine where it can: the test below checks which)
+    KernelSet mm_flash_gelu_naive, mm_naive_gelu_flash = KernelSet::all(Variant::naive), mm_cublaslt;
     mm_flash_gelu_naive.set("gelu", "naive");
     mm_naive_gelu_flash.set("gelu", "flash");
-    const KernelSet sets[4] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash};
-    std::vector<double> out[4], pre[4], dinp[4], dw[4], db[4];
-    std::vector<unsigned char> first, first_db;
-    for (int k = 0; k < 5; k++) {  // k = 4: flash again, for determinism
-        const KernelSet& ks = sets[k == 4 ? 1 : k];
+    mm_cublaslt.set("matmul", "flash:cublaslt");
+    const KernelSet sets[5] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash,
+                               mm_cublaslt};
+    std::vector<double> out[5], pre[5], dinp[5], dw[5], db[5];
+    std::vector<unsigned char> first, first_db, first_out, first_dinp;
+    for (int k = 0; k < 6; k++) {  // k = 5: flash again, for determinism
+        const KernelSet& ks = sets[k == 5 ? 1 : k];
         d_out.poison(), d_pre.poison(), d_dinp.poison();
         if (gelu) matmul_gelu_forward(ops(ks), d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC);
         else matmul_forward(ops(ks), d_out, d_inp, d_w, b_ptr, N, C, OC);
@@ -330,7 +339,9 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
         if (bias) put(d_db, db0);
         matmul_backward(ops(ks, ws), d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, d_dout, d_bwd_inp, d_w,
                         gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC);
-        if (k == 4) {
+        if (k == 5) {
+            CHECK_MESSAGE(first_out == bytes(d_out), "matmul forward (flash) is not deterministic " << tag);
+            CHECK_MESSAGE(first_dinp == bytes(d_dinp), "matmul_backward_flash dinp is not deterministic " << tag);
             CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
             if (bias) CHECK_MESSAGE(first_db == bytes(d_db), "matmul_backward_flash dbias is not deterministic " << tag);
             break;
@@ -338,10 +349,11 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
         out[k] = get(d_out), dinp[k] = get(d_dinp), dw[k] = get(d_dw);
         if (gelu) pre[k] = get(d_pre);
         if (bias) db[k] = get(d_db);
-        if (k == 1) first = bytes(d_dw), first_db = bytes(d_db);
+        if (k == 1) first = bytes(d_dw), first_db = bytes(d_db), first_out = bytes(d_out), first_dinp = bytes(d_dinp);
     }
-    const char* names[4] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)"};
-    for (int k = 1; k < 4; k++) {
+    const char* names[5] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)",
+                            " (matmul flash:cublaslt)"};
+    for (int k = 1; k < 5; k++) {
         if (!gelu && k > 1) break;  // without GELU the mixed sets are the plain matmul again
         check_naive_flash("matmul out " + tag + names[k], out[0], out[k], gelu ? gelu_ref : out_ref);
         if (gelu) check_naive_flash("matmul pre_gelu " + tag + names[k], pre[0], pre[k], out_ref);
@@ -353,6 +365,11 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
 
 TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
     for (const Shape& s : SHAPES) {
+        // `--matmul flash` must run the GELU matmuls on the wgmma engine where it can (a silent fallback would
+        // leave it untested): BF16 build on an sm_90 device, 4C and C multiples of 8.
+        const bool wgmma = BF16_BUILD && device_is_sm90() && s.C % 8 == 0;
+        CHECK_MESSAGE(gelu_matmul_engine(MatmulEngine::best, 4 * s.C, s.C) ==
+                          (wgmma ? MatmulEngine::wgmma : MatmulEngine::cublaslt), "GELU matmul engine, C=" << s.C);
         check_matmul(s, s.C, 3 * s.C, true, false, "qkv");            // bias
         check_matmul(s, s.C, 4 * s.C, true, true, "fc+gelu");         // bias + GELU epilogue
         check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
