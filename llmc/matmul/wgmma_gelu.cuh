@@ -15,10 +15,10 @@
 //                        warpgroup goes on to its next tile
 // The tiles go round-robin over one block per SM, column tile fastest: the blocks running together share rows of
 // A (in L2), and all of B (4C × C, a few MB) stays in L2.
-// What is still slow (dev/matmul/gelu_bench.cu, doc/kernels.md has the measurements): the mainloop alone runs at
-// cuBLAS's plain-GEMM speed or better, but the epilogue is not overlapped with wgmmas (both warpgroups finish a
-// tile together), and its 32 KB of slots per warpgroup hold half a forward tile's two outputs, so the forward
-// waits on its own copies draining to memory. A ping-pong schedule or more slots (a shallower ring) are next.
+// What is still slow (dev/matmul/gelu_bench.cu; doc/kernels.md has the measurements): the mainloop alone beats
+// cuBLAS's plain GEMM of the d12 shape, but the epilogue is not overlapped with wgmmas (both warpgroups finish a
+// tile together), and its 32 KB of boxes per warpgroup hold half of a forward tile's two outputs, so the forward
+// waits for its own copies to drain to memory. A ping-pong schedule or more boxes (a shallower ring) are next.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -142,7 +142,6 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensor
         }
     }
 }
-
 
 // ---- the helpers (backward): warps 1-3 of the producer warpgroup, 96 threads on the producer's registers ----
 // For each tile and consumer: wait for the slice's pre (64 × 256, TMA-loaded into the consumer's slots), overwrite
@@ -290,11 +289,8 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
 #endif
 
 template <Epilogue E>
-__global__ void __launch_bounds__(THREADS, 1)
-matmul_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                         const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
-                         const Problem p) {
-    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
+__device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUtensorMap& tm_b,
+                                            const CUtensorMap& tm_out, const CUtensorMap& tm_pre, const Problem& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t base = (hp::smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -324,6 +320,22 @@ matmul_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_
 #endif
 }
 
+// One kernel per pass, so profiles and the step header's names say which ran.
+__global__ void __launch_bounds__(THREADS, 1)
+matmul_forward_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                                 const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
+                                 const Problem p) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
+    kernel_body<Epilogue::gelu_forward>(tm_a, tm_b, tm_out, tm_pre, p);
+}
+__global__ void __launch_bounds__(THREADS, 1)
+matmul_backward_dgelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                                   const __grid_constant__ CUtensorMap tm_out,
+                                   const __grid_constant__ CUtensorMap tm_pre, const Problem p) {
+    pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
+    kernel_body<Epilogue::gelu_backward>(tm_a, tm_b, tm_out, tm_pre, p);
+}
+
 // A row-major (rows, cols) bf16 matrix as a map with boxes of box_rows × box_cols.
 inline CUtensorMap matrix_map(const void* base, int rows, int cols, int box_rows, int box_cols) {
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
@@ -337,7 +349,7 @@ void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16
     const CUtensorMap ma = matrix_map(a, M, K, BM, BK);
     const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN, BK) : matrix_map(w, K, N, BK, 64);
     const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mp = matrix_map(pre, M, N, 64, 64);
-    auto kernel = matmul_gelu_wgmma_kernel<E>;
+    auto kernel = E == Epilogue::gelu_forward ? matmul_forward_gelu_wgmma_kernel : matmul_backward_dgelu_wgmma_kernel;
     allow_shared_memory(kernel, SMEM);
     const int total = ceil_div(M, BM) * ceil_div(N, BN);
     launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mp,
