@@ -320,15 +320,15 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
 #endif
 }
 
-// One kernel per pass, so profiles and the step header's names say which ran.
-__global__ void __launch_bounds__(THREADS, 1)
+// One kernel per pass, so profiles name the pass that ran (static: this header is in several translation units).
+static __global__ void __launch_bounds__(THREADS, 1)
 matmul_forward_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                                  const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
                                  const Problem p) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     kernel_body<Epilogue::gelu_forward>(tm_a, tm_b, tm_out, tm_pre, p);
 }
-__global__ void __launch_bounds__(THREADS, 1)
+static __global__ void __launch_bounds__(THREADS, 1)
 matmul_backward_dgelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                                    const __grid_constant__ CUtensorMap tm_out,
                                    const __grid_constant__ CUtensorMap tm_pre, const Problem p) {
