@@ -2,6 +2,7 @@
 // epilogue (GELU_AUX_BIAS forward, DGELU backward) and against cuBLASLt's plain GEMM of the same shape (the bias
 // epilogue forward, none backward): what the epilogue costs each of them.
 //   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
+//   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu)
 // Validation: sampled rows (the first, the last and 62 random ones), every column, against a double-precision
 // oracle computed here; both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
 // in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp). Outputs are poisoned with NaN first.
