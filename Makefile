@@ -247,7 +247,7 @@ build/memory_wall: dev/memory_wall.cu $(wildcard dev/*.cuh dev/attention/*.cuh) 
 # The MLP's GELU matmuls: the wgmma engine beside cuBLASLt's fused and plain GEMMs, validated then timed.
 build/matmul_gelu_bench: dev/matmul/gelu_bench.cu $(wildcard dev/*.cuh) $(LLMC_CUH)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(TEST_GPU_FLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
 
 CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall build/matmul_gelu_bench
 

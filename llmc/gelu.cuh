@@ -1,10 +1,11 @@
 // GELU, tanh approximation (GPT-2's): gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //
 // naive: its own elementwise kernel, one thread per element, forward and backward.
-// flash: fused into the matmul before it (cuBLASLt's GELU_AUX_BIAS epilogue writes gelu(xW+b) and keeps the
-//        pre-activation for the backward; the DGELU epilogue multiplies dinp by gelu'(pre) in the backward
-//        matmul): the (N, 4C) activation is then never re-read just to apply GELU. When the matmul is naive,
-//        the flash gelu is a standalone kernel with 16-byte loads.
+// flash: fused into the matmul before it (the forward writes gelu(xW+b) and keeps the pre-activation for the
+//        backward, whose matmul multiplies dinp by gelu'(pre) before writing it): the (N, 4C) activation is then
+//        never re-read just to apply GELU. The matmul is our wgmma GEMM on Hopper (llmc/matmul/wgmma_gelu.cuh),
+//        else cuBLASLt with its GELU_AUX_BIAS and DGELU epilogues. When the matmul is naive, the flash gelu is a
+//        standalone kernel with 16-byte loads.
 #pragma once
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"

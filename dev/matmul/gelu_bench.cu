@@ -3,8 +3,8 @@
 // epilogue forward, none backward): what the epilogue costs each of them.
 //   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
 //   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu)
-// Validation: sampled rows (the first, the last and 62 random ones), every column, against a double-precision
-// oracle computed here; both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
+// Validation: sampled rows (the first, the last and 62 random ones), every column, against the double-precision
+// oracle (llmc/ref); both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
 // in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp). Outputs are poisoned with NaN first.
 // Timing: dev/harness.cuh's benchmark (CUDA events, L2 flushed before each run, median).
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "llmc/matmul/wgmma_gelu.cuh"
 #include "llmc/peak.h"
 #include "llmc/profile.h"
+#include "llmc/ref/layers.h"
 
 using namespace flashgpt2;
 namespace hn = flashgpt2::harness;
@@ -26,12 +27,6 @@ struct Shape {
     int M, N, K;
     const char* what;
 };
-
-static double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
-static double gelu_grad_ref(double x) {
-    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = std::tanh(u);
-    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
-}
 
 struct Buffers {
     std::vector<uint16_t> a, w, bias, pre_in;  // host copies (bf16 bits)
@@ -90,26 +85,27 @@ static bool validate(const Shape& s, Buffers& b, bool backward, std::mt19937& rn
     std::vector<int> rows = {0, s.M - 1};
     std::uniform_int_distribution<int> pick(0, s.M - 1);
     while ((int)rows.size() < std::min(s.M, 64)) rows.push_back(pick(rng));
-    // oracle, in double, on the sampled rows
-    const size_t n_out = rows.size() * (size_t)s.N;
-    std::vector<double> ref_out(n_out), ref_pre(n_out);
-    for (size_t i = 0; i < rows.size(); i++) {
-        const int r = rows[i];
-        for (int c = 0; c < s.N; c++) {
-            double acc = 0;
-            for (int k = 0; k < s.K; k++) {
-                const double w = backward ? hn::bf16_to_float(b.w[(size_t)k * s.N + c])
-                                          : hn::bf16_to_float(b.w[(size_t)c * s.K + k]);
-                acc += hn::bf16_to_float(b.a[(size_t)r * s.K + k]) * w;
-            }
-            const size_t o = i * s.N + c;
-            if (backward) {
-                ref_out[o] = acc * gelu_grad_ref(hn::bf16_to_float(b.pre_in[(size_t)r * s.N + c]));
-            } else {
-                ref_pre[o] = acc + hn::bf16_to_float(b.bias[c]);
-                ref_out[o] = gelu_ref(ref_pre[o]);
-            }
-        }
+    // the oracle (llmc/ref, in double) on the sampled rows, as the GPU tests call it
+    const int R = (int)rows.size();
+    auto as_double = [](uint16_t u) { return (double)hn::bf16_to_float(u); };
+    std::vector<double> a_rows((size_t)R * s.K), w((size_t)s.N * s.K), ref_out((size_t)R * s.N), ref_pre((size_t)R * s.N);
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < s.K; k++) a_rows[(size_t)i * s.K + k] = as_double(b.a[(size_t)rows[i] * s.K + k]);
+    for (int c = 0; c < s.N; c++)  // as (N, K): the forward's layout; the backward reads the same bytes as (K, N)
+        for (int k = 0; k < s.K; k++)
+            w[(size_t)c * s.K + k] = as_double(backward ? b.w[(size_t)k * s.N + c] : b.w[(size_t)c * s.K + k]);
+    if (backward) {  // dpre = (dout w) * gelu'(pre); ref::gelu_backward adds into its output
+        std::vector<double> lin((size_t)R * s.N), pre_rows((size_t)R * s.N);
+        ref::matmul_forward<double>(lin.data(), a_rows.data(), w.data(), nullptr, R, s.K, s.N);
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < s.N; c++) pre_rows[(size_t)i * s.N + c] = as_double(b.pre_in[(size_t)rows[i] * s.N + c]);
+        std::fill(ref_out.begin(), ref_out.end(), 0.0);
+        ref::gelu_backward<double>(ref_out.data(), pre_rows.data(), lin.data(), R * s.N);
+    } else {  // pre = a w^T + bias, out = gelu(pre)
+        std::vector<double> bias(s.N);
+        for (int c = 0; c < s.N; c++) bias[c] = as_double(b.bias[c]);
+        ref::matmul_forward<double>(ref_pre.data(), a_rows.data(), w.data(), bias.data(), R, s.K, s.N);
+        ref::gelu_forward<double>(ref_out.data(), ref_pre.data(), R * s.N);
     }
     rule::ErrorStats err[2][2];  // [engine][out, pre]
     for (int engine = 0; engine < 2; engine++) {

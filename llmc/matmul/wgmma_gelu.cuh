@@ -22,8 +22,10 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include "llmc/attention/fragment.cuh"  // frag::pack_bf16: the accumulator layout is the attention engines'
 #include "llmc/common.cuh"
 #include "llmc/error.h"
+#include "llmc/gelu.cuh"                 // GELU_SCALE
 #include "llmc/ptx/hopper.cuh"
 
 namespace flashgpt2 {
@@ -67,7 +69,7 @@ __device__ __forceinline__ float tanh_approx(float x) {
 }
 // gelu(x) = hx + hx tanh(u) with hx = x / 2 and u = x (S + S C x²): five FMA-pipe operations and one tanh.
 // gelu'(x) = (1 + tanh u) / 2 + hx (1 − tanh² u) u',  u' = S + 3 S C x².
-constexpr float GELU_S = 0.7978845608028654f, GELU_SC = 0.7978845608028654f * 0.044715f;
+constexpr float GELU_S = GELU_SCALE, GELU_SC = GELU_SCALE * 0.044715f;
 __device__ __forceinline__ float gelu_acc(float x) {
     const float hx = 0.5f * x, th = tanh_approx(x * fmaf(GELU_SC * x, x, GELU_S));
     return fmaf(hx, th, hx);
@@ -78,10 +80,7 @@ __device__ __forceinline__ float gelu_grad_acc(float x) {
     return fmaf(0.5f * x * sech2, du, fmaf(0.5f, th, 0.5f));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
+using frag::pack_bf16;
 __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
