@@ -2,7 +2,8 @@
 // epilogue (GELU_AUX_BIAS forward, DGELU backward) and against cuBLASLt's plain GEMM of the same shape (the bias
 // epilogue forward, none backward): what the epilogue costs each of them.
 //   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
-//   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu)
+//   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu),
+//   --odd (validates the odd shapes only, times nothing: small enough for compute-sanitizer)
 // Validation: sampled rows (the first, the last and 62 random ones), every column, against the double-precision
 // oracle (llmc/ref); both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
 // in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp). Outputs are poisoned with NaN first.
@@ -31,6 +32,7 @@ struct Shape {
 struct Buffers {
     std::vector<uint16_t> a, w, bias, pre_in;  // host copies (bf16 bits)
     bf16 *da, *dw, *dbias, *dpre_in, *dout, *dpre;
+    float* dsums;  // (ceil(M / 64), N): the backward's column sums per 64-row slice (fc's bias gradient in the trainer)
 };
 
 static bf16* upload(const std::vector<uint16_t>& h) {
@@ -61,19 +63,22 @@ static Buffers make_buffers(const Shape& s, std::mt19937& rng) {
     b.da = upload(b.a), b.dw = upload(b.w), b.dbias = upload(b.bias), b.dpre_in = upload(b.pre_in);
     cudaCheck(cudaMalloc(&b.dout, (size_t)s.M * s.N * 2));
     cudaCheck(cudaMalloc(&b.dpre, (size_t)s.M * s.N * 2));
+    cudaCheck(cudaMalloc(&b.dsums, (size_t)ceil_div(s.M, 64) * s.N * sizeof(float)));
     return b;
 }
 static void free_buffers(Buffers& b) {
     for (bf16* p : {b.da, b.dw, b.dbias, b.dpre_in, b.dout, b.dpre}) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(b.dsums));
 }
 
 // The two passes, by engine. Forward: w is (N, K); backward: the same w bytes read as (K, N), dout = a.
 static void run_forward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
     if (engine) matmul_forward_gelu_wgmma(b.dout, b.dpre, b.da, b.dw, b.dbias, s.M, s.N, s.K, 0);
-    else matmul_forward_flash(b.dout, b.da, b.dw, b.dbias, s.M, s.K, s.N, fused ? b.dpre : nullptr, 0);
+    else matmul_forward_flash(b.dout, b.da, b.dw, b.dbias, s.M, s.K, s.N, fused ? b.dpre : nullptr, 0,
+                              MatmulEngine::cublaslt);  // (the default engine on Hopper is the wgmma one)
 }
-static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
-    if (engine) matmul_backward_dgelu_wgmma(b.dout, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
+static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = true, bool sums = false) {
+    if (engine) matmul_backward_dgelu_wgmma(b.dout, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0, sums ? b.dsums : nullptr);
     else  // column-major: dpre^T (N, M) = (w as (N,K) col-major) @ (dout as (K,M))
         cublaslt_matmul(b.dout, b.dw, b.da, s.N, s.M, s.K, false, false, s.N, s.K, s.N, 0.0f,
                         fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr,
@@ -111,7 +116,9 @@ static bool validate(const Shape& s, Buffers& b, bool backward, std::mt19937& rn
     for (int engine = 0; engine < 2; engine++) {
         hn::poison(b.dout, (size_t)s.M * s.N * 2, 0);
         hn::poison(b.dpre, (size_t)s.M * s.N * 2, 0);
-        backward ? run_backward(engine, s, b) : run_forward(engine, s, b);
+        // (the engine's backward with its column sums on, as the trainer runs it; test/gpu/test_layers.cu checks the
+        // sums against the oracle)
+        backward ? run_backward(engine, s, b, true, engine) : run_forward(engine, s, b);
         cudaCheck(cudaDeviceSynchronize());
         for (int t = 0; t < (backward ? 1 : 2); t++) {
             const std::vector<float> got = download(t == 0 ? b.dout : b.dpre, (size_t)s.M * s.N);
@@ -137,13 +144,14 @@ static bool validate(const Shape& s, Buffers& b, bool backward, std::mt19937& rn
 
 int main(int argc, char** argv) {
     std::string out_path;
-    bool validate_first = true, only_first = false;
+    bool validate_first = true, only_first = false, only_odd = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out_path = argv[++i];
         else if (a == "--time-only") validate_first = false;   // experiments that do not compute the product
         else if (a == "--first") only_first = true;            // the first GPT-2 shape only (for a profiler)
-        else fail("usage: %s [--out FILE] [--time-only] [--first]", argv[0]);
+        else if (a == "--odd") only_odd = true;                // the odd shapes' validation only (for a sanitizer)
+        else fail("usage: %s [--out FILE] [--time-only] [--first] [--odd]", argv[0]);
     }
     if (!matmul_gelu_wgmma_supports(8, 8)) fail("matmul_gelu_bench: needs an sm_90a build on an H100/H200");
     std::mt19937 rng(1234);
@@ -153,8 +161,8 @@ int main(int argc, char** argv) {
                                      {16384, 4096, 1024, "d24 B=16"}, {8192, 6400, 1600, "d48 B=8"}};
     bool ok = true;
     printf("validation (bf16 rule, cuBLASLt in the naive kernel's place):\n");
-    for (const auto& list : {odd, gpt2})
-        for (const Shape& s : list) {
+    for (int list = 0; list < (only_odd ? 1 : 2); list++)  // the odd shapes, then the GPT-2 ones
+        for (const Shape& s : list == 0 ? odd : gpt2) {
             if (!validate_first) break;
             Buffers b = make_buffers(s, rng);
             ok = validate(s, b, false, rng) && ok;
@@ -165,6 +173,7 @@ int main(int argc, char** argv) {
         printf("validation FAILED: not timed\n");
         return 1;
     }
+    if (only_odd) return 0;
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     std::string table = std::string("The MLP's GELU matmuls, bf16: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against "
@@ -172,23 +181,25 @@ int main(int argc, char** argv) {
         "only; none). Card: ") + prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
         "; CUDA events, median, L2 flushed before each run; % of the " + PEAK_BF16_NAME + ".\n\n"
         "| shape (M, N, K) | model | pass | wgmma (ms) | cuBLASLt fused (ms) | cuBLASLt plain (ms) | wgmma TFLOP/s | "
-        "% of peak | fused ÷ wgmma |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n";
+        "% of peak | fused ÷ wgmma | wgmma + column sums (ms) |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n";
     for (const Shape& s : gpt2) {
         if (only_first && &s != &gpt2[0]) break;
         Buffers b = make_buffers(s, rng);
         for (int backward = 0; backward < 2; backward++) {
-            double ms[3];
-            for (int v = 0; v < 3; v++) {  // wgmma, cuBLASLt fused, cuBLASLt plain
+            double ms[4];
+            for (int v = 0; v < 3 + backward; v++) {  // wgmma, cuBLASLt fused, cuBLASLt plain, wgmma + column sums
                 auto launch = [&] {
-                    backward ? run_backward(v == 0, s, b, v < 2) : run_forward(v == 0, s, b, v < 2);
+                    backward ? run_backward(v == 0 || v == 3, s, b, v < 2, v == 3)
+                             : run_forward(v == 0, s, b, v < 2);
                 };
                 ms[v] = hn::benchmark(launch, 0).median_ms;
             }
-            char line[256];
+            char line[256], sums[32] = "–";
+            if (backward) snprintf(sums, sizeof sums, "%.4f", ms[3]);
             const double tflops = 2.0 * s.M * s.N * s.K / (ms[0] * 1e9);
-            snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× |\n",
+            snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× | %s |\n",
                      s.M, s.N, s.K, s.what, backward ? "backward (DGELU)" : "forward (GELU, bias)", ms[0], ms[1], ms[2],
-                     tflops, 100.0 * tflops / PEAK_BF16_TFLOPS, ms[1] / ms[0]);
+                     tflops, 100.0 * tflops / PEAK_BF16_TFLOPS, ms[1] / ms[0], sums);
             table += line;
         }
         free_buffers(b);
