@@ -207,7 +207,7 @@ inline size_t workspace_bytes(const KernelSet& ks, int B, int T, int C, int NH, 
     auto take = [&](size_t b) { bytes = b > bytes ? b : bytes; };
     take(encoder_backward_workspace_bytes(ks[Layer::encoder], B, T, C, Vp));
     take(layernorm_backward_workspace_bytes(ks[Layer::layernorm], N, C));
-    take(matmul_backward_workspace_bytes(ks[Layer::matmul], N, Vp > 4 * C ? Vp : 4 * C, 4 * C));
+    take(matmul_backward_workspace_bytes(ks[Layer::matmul], N, Vp > 4 * C ? Vp : 4 * C));
     take(attention_workspace_bytes(ks[Layer::attention], B, T, C, NH));
     take(classifier_workspace_bytes(ks[Layer::classifier], N, Vp));
     take(global_norm_workspace_bytes(ks[Layer::adamw]));
@@ -347,11 +347,9 @@ inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* 
 // dinp (N,C) = dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias (OC) += colsum(dout) (dbias may be null).
 // pre_gelu (N,C) non-null: the input of this matmul was gelu(pre_gelu), and dinp is returned already
 // multiplied by gelu'(pre_gelu) (flash+flash: the GEMM's epilogue, wgmma's or cuBLASLt's DGELU; otherwise the
-// gelu backward op). dpre_bias (C) non-null, with pre_gelu: dpre_bias += colsum(dinp), the bias gradient of the
-// matmul that made pre_gelu (the wgmma engine sums it in the same epilogue; the others from dinp after).
+// gelu backward op).
 inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
-                            const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
-                            floatX* dpre_bias = nullptr) {
+                            const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC) {
     const bool fuse_gelu = pre_gelu && gelu_fused(ctx.ks);
     {
         ProfileSpan s(ctx.prof, Layer::matmul, Pass::backward, ctx.stream);
@@ -359,15 +357,9 @@ inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floa
             matmul_backward_naive(dinp, dw, dbias, dout, inp, w, N, C, OC, ctx.stream);
         else
             matmul_backward_flash(dinp, dw, dbias, ctx.ws, dout, inp, w, fuse_gelu ? pre_gelu : nullptr, N, C, OC,
-                                  ctx.stream, ctx.ks.matmul_engine, fuse_gelu ? dpre_bias : nullptr);
+                                  ctx.stream, ctx.ks.matmul_engine);
     }
     if (pre_gelu && !fuse_gelu) gelu_backward(ctx, dinp, pre_gelu, dinp, (size_t)N * C);
-    if (dpre_bias && !fuse_gelu) {  // the column sum of dinp, now that it is dpre
-        ProfileSpan s(ctx.prof, Layer::matmul, Pass::backward, ctx.stream);
-        if (ctx.ks.naive(Layer::matmul)) colsum_naive(dpre_bias, dinp, N, C, ctx.stream);
-        else matmul_dbias_flash(dpre_bias, WorkspaceCarver(ctx.ws).take<float>((size_t)dbias_splits(N) * C), dinp, N, C,
-                                ctx.stream);
-    }
 }
 
 // out (B,T,C) = causal self-attention of qkv (B,T,3,NH,HS), softmax scale 1/sqrt(HS).

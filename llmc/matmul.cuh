@@ -6,8 +6,7 @@
 // flash: cuBLASLt on the tensor cores: tiles of inp and w are staged in shared memory and reused by many
 //        outputs, so each element is read from HBM a handful of times instead of OC or N times. The bias
 //        add (and GELU, see gelu.cuh) happens in the epilogue, on the accumulator, before the one write.
-//        dbias is a deterministic two-stage column sum (per-split partials, then a fixed-order sum); the wgmma
-//        engine's GELU backward hands fc's bias gradient over as per-slice column sums made in its epilogue.
+//        dbias is a deterministic two-stage column sum (per-split partials, then a fixed-order sum).
 //        Two engines: cuBLASLt for every call, and on Hopper in BF16 builds our own wgmma kernel for the two
 //        calls that carry GELU (the MLP's fc forward and fcproj's dinp; llmc/matmul/wgmma_gelu.cuh), where
 //        cuBLASLt's fused epilogues cost more than the GEMM's own time (doc/kernels.md).
@@ -349,56 +348,46 @@ inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const
     if (dbias) colsum_naive(dbias, dout, N, OC, stream);  // one thread per element of dbias (kernel_common.cuh)
 }
 
-// dbias, flash: a deterministic two-stage column sum of rows (N, OC), in one kernel. Stage 1: rows are cut into
-// S splits (S depends only on N); a block of DBIAS_WARPS warps takes 32 * X columns of one split (X = the elements
-// in 16 bytes: 8 bf16 of a gradient, or 4 floats of the per-slice sums a GEMM epilogue made): each lane reads X
-// consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take every
-// DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2: the last
-// of a column group's S blocks to finish (an arrival counter per group) adds the S partials per column in order,
-// so no second kernel and its handover. (The 16-byte loads took about a third off the wide OCs against one 2-byte
-// load per thread and row: doc/kernels.md.)
-constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8;
-template <class Tin>
-__host__ __device__ constexpr int dbias_cols() { return 32 * Packed128<Tin>::size; }  // a block's column group
-static_assert(dbias_cols<floatX>() <= DBIAS_WARPS * 32 && dbias_cols<float>() <= DBIAS_WARPS * 32,
-              "a block has a thread for each column of its group (stage 2)");
-constexpr int DBIAS_MAX_GROUPS = 1024;  // column groups the arrival counters cover
+// dbias, flash: a deterministic two-stage column sum of dout (N, OC), in one kernel. Stage 1: rows are cut into
+// S splits (S depends only on N); a block of DBIAS_WARPS warps takes 32 * X128 columns of one split: each lane
+// reads X128 consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take
+// every DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2:
+// the last of a column group's S blocks to finish (an arrival counter per group) adds the S partials per column
+// in order, so no second kernel and its handover. (The 16-byte loads took about a third off the wide OCs against
+// one 2-byte load per thread and row: doc/kernels.md.)
+constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8, DBIAS_COLS = 32 * X128;
+static_assert(DBIAS_COLS <= DBIAS_WARPS * 32, "a block has a thread for each column of its group (stage 2)");
+constexpr int DBIAS_MAX_GROUPS = 1024;  // column groups the arrival counters cover: OC <= 1024 * DBIAS_COLS
 // Per column group: how many of its S blocks have written their partials. Zero when a kernel starts (zero at
 // load, and the last block of each group puts it back), so calls on one stream follow each other safely; two
 // streams must not run dbias at once.
 static __device__ unsigned int dbias_arrivals[DBIAS_MAX_GROUPS];
 inline int dbias_splits(int N) { return std::min(DBIAS_MAX_SPLITS, ceil_div(N, DBIAS_ROWS_PER_SPLIT)); }
 
-// The GELU backward's per-slice column sums (wgmma engine): one row of gelu_C floats per 64 rows of dinp.
-constexpr int DPRE_SLICE_ROWS = 64;
-inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC, int gelu_C) {
-    return v == Variant::naive ? 0
-                               : ws_round((size_t)dbias_splits(N) * max_OC * sizeof(float)) +
-                                     ws_round((size_t)ceil_div(N, DPRE_SLICE_ROWS) * gelu_C * sizeof(float));
+inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
+    return v == Variant::naive ? 0 : ws_round((size_t)dbias_splits(N) * max_OC * sizeof(float));
 }
 
-template <class Tin>
 static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
-    matmul_backward_dbias_kernel(floatX* dbias, float* partial, const Tin* dout, int N, int OC) {
+    matmul_backward_dbias_kernel(floatX* dbias, float* partial, const floatX* dout, int N, int OC) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    constexpr int X = Packed128<Tin>::size, COLS = dbias_cols<Tin>();
-    __shared__ float sums[DBIAS_WARPS][COLS];
+    __shared__ float sums[DBIAS_WARPS][DBIAS_COLS];
     __shared__ bool last;  // this block is its column group's last to finish stage 1
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y, S = gridDim.y;
-    const int col0 = blockIdx.x * COLS, oc = col0 + lane * X;  // this lane's X columns
+    const int col0 = blockIdx.x * DBIAS_COLS, oc = col0 + lane * X128;  // this lane's X128 columns
     const int rows = ceil_div(N, S), r0 = split * rows, r1 = min(N, r0 + rows);
-    float acc[X] = {};
+    float acc[X128] = {};
     if (oc < OC) {
 #pragma unroll 4
         for (int n = r0 + warp; n < r1; n += DBIAS_WARPS) {
-            const Packed128<Tin> d = load128(dout + (size_t)n * OC + oc);
-            for (int e = 0; e < X; e++) acc[e] += to_float(d[e]);
+            const Packed128<floatX> d = load128(dout + (size_t)n * OC + oc);
+            for (int e = 0; e < X128; e++) acc[e] += to_float(d[e]);
         }
     }
-    for (int e = 0; e < X; e++) sums[warp][lane * X + e] = acc[e];
+    for (int e = 0; e < X128; e++) sums[warp][lane * X128 + e] = acc[e];
     __syncthreads();  // every warp's column sums are in shared memory before they are added across warps
     const int c = col0 + threadIdx.x;  // the one column of the group this thread adds, if any
-    const bool mine = threadIdx.x < COLS && c < OC;
+    const bool mine = threadIdx.x < DBIAS_COLS && c < OC;
     if (mine) {
         float s = 0.0f;
         for (int w = 0; w < DBIAS_WARPS; w++) s += sums[w][threadIdx.x];  // fixed order: deterministic
@@ -418,35 +407,14 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     dbias[c] = from_float<floatX>(to_float(dbias[c]) + s);
 }
 
-// dbias (OC) += the column sums of rows (N, OC): floatX rows of a gradient, or the float per-slice sums a GEMM
-// epilogue made. partial: (dbias_splits(N), OC) floats of workspace.
-template <class Tin>
-inline void matmul_dbias_flash(floatX* dbias, float* partial, const Tin* rows, int N, int OC, cudaStream_t stream) {
-    if (OC % Packed128<Tin>::size != 0 || !aligned16(rows))
-        fail("matmul_dbias_flash: the column sum reads 16-byte rows: OC=%d must be a multiple of %d and the rows "
-             "16-byte aligned", OC, Packed128<Tin>::size);
-    const int groups = ceil_div(OC, dbias_cols<Tin>());
-    if (groups > DBIAS_MAX_GROUPS)
-        fail("matmul_dbias_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * dbias_cols<Tin>());
-    launch_dependent(matmul_backward_dbias_kernel<Tin>, dim3(groups, dbias_splits(N)), DBIAS_WARPS * 32, 0, stream,
-                     dbias, partial, rows, N, OC);
-}
-
 // pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU, or the
-// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks); and with dpre_bias, dpre_bias (C) += colsum(dinp),
-// the bias gradient of the matmul that made pre_gelu (the wgmma engine sums the columns in its epilogue: the
-// column sum here then reads N/64 rows of floats instead of dinp's N rows).
+// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks).
 inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void* ws, const floatX* dout,
                                   const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
-                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best,
-                                  floatX* dpre_bias = nullptr) {
-    if (dpre_bias && !pre_gelu) fail("matmul_backward_flash: dpre_bias is the bias gradient before a GELU: pass pre_gelu");
+                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best) {
     const bool wgmma = pre_gelu && gelu_matmul_engine(engine, C, OC) == MatmulEngine::wgmma;
-    WorkspaceCarver carve(ws);
-    float* partial = carve.take<float>((size_t)dbias_splits(N) * std::max(C, OC));  // (S, OC or C): dbias stage 1
-    float* slices = dpre_bias && wgmma ? carve.take<float>((size_t)ceil_div(N, DPRE_SLICE_ROWS) * C) : nullptr;
 #if !defined(ENABLE_FP32)
-    if (wgmma) matmul_backward_dgelu_wgmma(dinp, pre_gelu, dout, w, N, C, OC, stream, slices);  // slices (N/64, C)
+    if (wgmma) matmul_backward_dgelu_wgmma(dinp, pre_gelu, dout, w, N, C, OC, stream);
 #endif
     // dinp^T (C, N) = (w as (C,OC)) @ (dout as (OC,N))
     if (!wgmma)
@@ -455,9 +423,18 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
     // dw^T (C, OC) += (inp as (C,N)) @ (dout as (OC,N))^T
     cublaslt_matmul(dw, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
                     0, stream);
-    if (dbias) matmul_dbias_flash(dbias, partial, dout, N, OC, stream);
-    if (dpre_bias && slices) matmul_dbias_flash(dpre_bias, partial, (const float*)slices, ceil_div(N, DPRE_SLICE_ROWS), C, stream);
-    else if (dpre_bias) matmul_dbias_flash(dpre_bias, partial, dinp, N, C, stream);
+    if (dbias) {
+        if (OC % X128 != 0 || !aligned16(dout))
+            fail("matmul_backward_flash: dbias reads 16-byte rows: OC=%d must be a multiple of %d and dout 16-byte aligned",
+                 OC, X128);
+        const int S = dbias_splits(N);
+        float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
+        const int groups = ceil_div(OC, DBIAS_COLS);
+        if (groups > DBIAS_MAX_GROUPS)
+            fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS);
+        launch_dependent(matmul_backward_dbias_kernel, dim3(groups, S), DBIAS_WARPS * 32, 0, stream, dbias, partial, dout,
+                         N, OC);
+    }
 }
 
 }  // namespace flashgpt2

@@ -2,15 +2,13 @@
 // sm_90a). Both have the shape (N rows, 4C columns, C deep):
 //   forward   pre = inp · fcwᵀ + fcb,  out = gelu(pre)        inp (N, C), fcw (4C, C): both K-major
 //   backward  dpre = (dout · fcprojw) ∘ gelu'(pre)             dout (N, C), fcprojw (C, 4C): B is MN-major
-//             and, when asked, the column sums of dpre per 64-row slice (fc's bias gradient before its last sum)
 // cuBLASLt fuses the same epilogues (GELU_AUX_BIAS, DGELU), but its kernels for them are slower than its plain
 // GEMM by more than the bytes they add (doc/kernels.md, gelu). One persistent, warp-specialized kernel
 // (FlashAttention-3's and CUTLASS's structure, as in llmc/attention/wgmma_forward*.cuh):
 //   producer warp 0      one thread streams the k-slices of A (BM × BK) and B (BN × BK) through a ring of
 //                        STAGES shared-memory slots with TMA (128-byte swizzle; rows past the end arrive as 0)
 //   helper warps 1-3     backward only: turn the tile's pre, which a consumer TMA-loads during the mainloop,
-//                        into gelu'(pre) in place (bf16), so the consumers' epilogue is one multiply; then sum
-//                        the columns of the dpre the epilogue left in shared memory, while the next tile runs
+//                        into gelu'(pre) in place (bf16), so the consumers' epilogue is one multiply
 //   2 consumer warpgroups each owns 64 rows of the BM × BN = 128 × 256 tile: one m64n256k16 wgmma per 16 of k,
 //                        a 64 × 256 fp32 accumulator in 128 registers; the epilogue writes bf16 64 × 64 boxes
 //                        into 128-byte-swizzled shared memory and TMA stores copy them out while the
@@ -43,14 +41,12 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int BOX = 64 * 64 * 2;                                 // one 64 × 64 bf16 output box, 8 KB
 constexpr int SLOTS_BYTES = (BN / 64) * BOX;                     // per consumer: 4 boxes, a backward 64 × 256 slice
 constexpr int OUT_OFF = STAGES * STAGE_BYTES;
-constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;  // full[STAGES], empty[STAGES], then 2 each of pre_full, ready,
-constexpr int SMEM = BAR_OFF + 16 * STAGES + 64 + 1024;  // dpre_full, dpre_free; + room to align the base to 1 KB
-constexpr int HELPERS = 96, HELPERS_BAR = 3;                     // warps 1-3 of the producer warpgroup and their
-                                                                 // named barrier (1 and 2 are the consumers')
+constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
+constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
 // setmaxnreg only moves registers within what the block was given at launch: 65536 / THREADS per thread, rounded
-// down to a multiple of 8 (168). Asking for more than that total waits forever.
+// down to a multiple of 8 (168). Asking for more than that in all waits forever (PRODUCER_REGS 48 hung every launch).
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 65536 / THREADS / 8 * 8 * THREADS,
               "the block's registers at launch");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0 && BOX % 1024 == 0,
@@ -59,10 +55,9 @@ static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0 && BOX % 1024 == 0,
 enum class Epilogue { gelu_forward, gelu_backward };
 
 struct Problem {
-    bf16* out;            // (M, N): gelu(pre) forward, dpre backward
-    bf16* pre;            // (M, N): written forward, read backward
-    const bf16* bias;     // (N) forward, or nullptr
-    float* dpre_colsum;   // (ceil(M / 64), N) backward, or nullptr: row s = the column sums of dpre's rows 64s..64s+63
+    bf16* out;          // (M, N): gelu(pre) forward, dpre backward
+    bf16* pre;          // (M, N): written forward, read backward
+    const bf16* bias;   // (N) forward, or nullptr
     int M, N, K;
 };
 struct Maps {           // TMA maps of out and pre, boxes of 64 × 64, 128-byte swizzle
@@ -101,11 +96,6 @@ __device__ __forceinline__ uint32_t ld_pair(uint32_t addr) {
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
     return v;
 }
-__device__ __forceinline__ uint2 ld_shared_v2(uint32_t a) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-    return v;
-}
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t a) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
@@ -125,8 +115,6 @@ struct Bars {  // the mbarriers after the ring's full[STAGES] and empty[STAGES]
     __device__ uint32_t empty(int s) const { return base + BAR_OFF + 8 * (STAGES + s); }  // consumers → producer
     __device__ uint32_t pre_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 8 * cw; }  // TMA → helpers
     __device__ uint32_t ready(int cw) const { return base + BAR_OFF + 16 * STAGES + 16 + 8 * cw; }  // helpers → cw
-    __device__ uint32_t dpre_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 32 + 8 * cw; }  // cw → helpers
-    __device__ uint32_t dpre_free(int cw) const { return base + BAR_OFF + 16 * STAGES + 48 + 8 * cw; }  // helpers → cw
 };
 
 // ---- the producer: one thread, every TMA copy; ring slot s = it % STAGES, its use number it / STAGES -----
@@ -159,60 +147,26 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensor
 
 // ---- the helpers (backward): warps 1-3 of the producer warpgroup, 96 threads on the producer's registers ----
 // For each tile and consumer: wait for the slice's pre (64 × 256, TMA-loaded into the consumer's slots), overwrite
-// it with gelu'(pre) in bf16 (elementwise, so the swizzle does not matter), and release it to the consumer: the
-// helpers meet at their named barrier, then one arrives. (An arrival per thread measured slower: 96 arrivals on one
-// mbarrier take longer than the barrier; one per warp after __syncwarp is what compute-sanitizer's racecheck does
-// not follow.)
+// it with gelu'(pre) in bf16 (elementwise, so the swizzle does not matter), and release it to the consumer.
 __device__ __forceinline__ uint32_t gelu_grad_pair(uint32_t u) {
     const float2 x = unpack_bf16(u);
     return pack_bf16(gelu_grad_acc(x.x), gelu_grad_acc(x.y));
 }
-// The column sums of one consumer's dpre slice (64 rows × 256 columns of bf16, in its 4 boxes) into `row`: helper
-// warp hw takes boxes hw and hw + 3; lane l adds 8-byte piece l % 16 (4 columns) of rows l / 16, l / 16 + 2, ...
-// (a half-warp reads one whole 128-byte row: no bank conflicts), then lanes l and l + 16 add theirs. A fixed
-// order, so the same bits every run. Rows past M hold 0 (A's rows past the end arrive as 0), so the slice's 64
-// rows are summed as they are. (4 columns a lane, not 8: the helpers have 40 registers.)
-__device__ __forceinline__ void column_sums(uint32_t slots, float* row, int n0, int N, int hw, int lane) {
-    const int piece = lane % 16;
-    for (int box = hw; box < BN / 64; box += 3) {
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (int r = lane / 16; r < 64; r += 2) {
-            const uint2 v = ld_shared_v2(swizzled(slots + box * BOX, r, piece / 2) + (piece % 2) * 8);
-            const float2 a = unpack_bf16(v.x), b = unpack_bf16(v.y);
-            s0 += a.x, s1 += a.y, s2 += b.x, s3 += b.y;
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 16), s1 += __shfl_xor_sync(0xffffffffu, s1, 16);
-        s2 += __shfl_xor_sync(0xffffffffu, s2, 16), s3 += __shfl_xor_sync(0xffffffffu, s3, 16);
-        const int c = n0 + box * 64 + 4 * lane;  // lanes 0-15 hold the box's 64 sums, 4 columns each
-        if (lane < 16 && c < N) *reinterpret_cast<float4*>(row + c) = make_float4(s0, s1, s2, s3);
-    }
-}
-__device__ __forceinline__ void helpers(uint32_t base, const Problem& p, int tiles_n, int total) {
+__device__ __forceinline__ void helpers(uint32_t base, int total) {
     const Bars bars{base};
-    const int hw = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;  // helper warp 0..2
     int n_tile = 0;
-    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++) {
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++)
         for (int cw = 0; cw < 2; cw++) {
             const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
             hp::mbar_wait(bars.pre_full(cw), n_tile & 1);  // the tile's pre has landed
-            for (int q = threadIdx.x - 32; q < SLOTS_BYTES / 16; q += HELPERS) {
+            for (int q = threadIdx.x - 32; q < SLOTS_BYTES / 16; q += 96) {
                 uint4 v = ld_shared_v4(slots + q * 16);
                 v.x = gelu_grad_pair(v.x), v.y = gelu_grad_pair(v.y), v.z = gelu_grad_pair(v.z), v.w = gelu_grad_pair(v.w);
                 st_shared_v4(slots + q * 16, v);
             }
-            hp::bar_sync(HELPERS_BAR, HELPERS);  // every helper's gelu'(pre) is written before one releases them
-            if (threadIdx.x == 32) hp::mbar_arrive(bars.ready(cw));
+            __syncwarp();  // the warp's writes are done before its lane 0 releases them (one arrival per warp)
+            if (threadIdx.x % 32 == 0) hp::mbar_arrive(bars.ready(cw));
         }
-        if (!p.dpre_colsum) continue;
-        for (int cw = 0; cw < 2; cw++) {  // the tile's dpre, once its consumer's epilogue has written it
-            const int m0 = tile / tiles_n * BM + 64 * cw, n0 = tile % tiles_n * BN;
-            hp::mbar_wait(bars.dpre_full(cw), n_tile & 1);
-            if (m0 < p.M)
-                column_sums(base + OUT_OFF + cw * SLOTS_BYTES, p.dpre_colsum + (size_t)(m0 / 64) * p.N, n0, p.N, hw, lane);
-            hp::bar_sync(HELPERS_BAR, HELPERS);  // every helper has read the slice before one frees it
-            if (threadIdx.x == 32) hp::mbar_arrive(bars.dpre_free(cw));  // the consumer may load its next pre over it
-        }
-    }
 }
 
 // ---- the consumers' epilogues: acc[j][2h + e] is row 16 wq + g + 8h of the slice, column n0 + 8j + 2t + e ----
@@ -258,12 +212,11 @@ __device__ __forceinline__ void epilogue_forward(float (&acc)[BN / 8][4], const 
 }
 // Backward: the slots hold gelu'(pre) from the helpers; dpre = acc · gelu'(pre) is written over it in place and
 // leaves as four boxes.
-// With column sums, the leader then tells the helpers that the slice is there to be summed.
-__device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Problem& p, const Maps& mp,
-                                                  uint32_t slots, const Bars& bars, int n_tile, int cw, int m0, int n0,
-                                                  int wq, int g, int t) {
+__device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Maps& mp, uint32_t slots,
+                                                  uint32_t ready, int n_tile, int cw, int m0, int n0, int wq, int g,
+                                                  int t) {
     const int row0 = wq * 16 + g;
-    hp::mbar_wait(bars.ready(cw), n_tile & 1);  // the helpers have turned this tile's pre into gelu'(pre)
+    hp::mbar_wait(ready, n_tile & 1);  // the helpers have turned this tile's pre into gelu'(pre)
 #pragma unroll
     for (int ci = 0; ci < BN / 64; ci++)
 #pragma unroll
@@ -277,7 +230,6 @@ __device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const
             }
     hp::fence_proxy_async();
     hp::bar_sync(1 + cw, 128);  // the whole dpre slice is written and visible to TMA
-    if (p.dpre_colsum && threadIdx.x % 128 == 0) hp::mbar_arrive(bars.dpre_full(cw));  // (after the barrier above)
     if (threadIdx.x % 128 == 0) {
 #pragma unroll
         for (int ci = 0; ci < BN / 64; ci++) hp::tma_store_2d(mp.out, slots + ci * BOX, n0 + 64 * ci, m0);
@@ -314,19 +266,14 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
                                                kb + kk > 0);
             }
             hp::wgmma_commit();
-            if (E == Epilogue::gelu_backward && kb == min(2, k_steps - 1) && wq == 0) {
+            if (E == Epilogue::gelu_backward && kb == min(2, k_steps - 1) && leader) {
                 // the wgmmas run: fetch the slice's pre for the helpers meanwhile, once the last tile's dpre
-                // copies (and the helpers' column sums: the leader's whole warp waits, so that it stays converged
-                // for the next wgmma) have read the slots
-                if (p.dpre_colsum && n_tile > 0) hp::mbar_wait(bars.dpre_free(cw), (n_tile - 1) & 1);
-                if (leader) {
-                    hp::bulk_wait_read<0>();
-                    hp::mbar_arrive_expect_tx(bars.pre_full(cw), SLOTS_BYTES);
+                // copies have read the slots
+                hp::bulk_wait_read<0>();
+                hp::mbar_arrive_expect_tx(bars.pre_full(cw), SLOTS_BYTES);
 #pragma unroll
-                    for (int ci = 0; ci < BN / 64; ci++)
-                        hp::tma_load_2d(slots + ci * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * ci, m0);
-                }
-                __syncwarp();
+                for (int ci = 0; ci < BN / 64; ci++)
+                    hp::tma_load_2d(slots + ci * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * ci, m0);
             }
             if (kb > 0) {  // the previous slice's wgmmas are done: give its slot back (one arrival per warp)
                 hp::wgmma_wait<1>();
@@ -337,7 +284,7 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
         if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
         hp::fence_regs(acc);
         if constexpr (E == Epilogue::gelu_forward) epilogue_forward(acc, p, mp, slots, cw, m0, n0, wq, g, t);
-        else epilogue_backward(acc, p, mp, slots, bars, n_tile, cw, m0, n0, wq, g, t);
+        else epilogue_backward(acc, mp, slots, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
     }
     if (leader) hp::bulk_wait<0>();  // every copy out has finished before the block's shared memory goes
 }
@@ -356,10 +303,8 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
             hp::mbar_init(bars.empty(s), 8);  // one arrival per consumer warp
         }
         for (int cw = 0; cw < 2; cw++) {
-            hp::mbar_init(bars.pre_full(cw), 1);        // the consumer leader's expect_tx arrival
-            hp::mbar_init(bars.ready(cw), 1);           // one helper, after the helpers' barrier
-            hp::mbar_init(bars.dpre_full(cw), 1);       // consumer cw's leader, after its warpgroup's barrier
-            hp::mbar_init(bars.dpre_free(cw), 1);       // one helper, after the helpers' barrier
+            hp::mbar_init(bars.pre_full(cw), 1);  // the consumer leader's expect_tx arrival
+            hp::mbar_init(bars.ready(cw), 3);     // one arrival per helper warp
         }
         hp::fence_barrier_init();
     }
@@ -368,7 +313,7 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform
     if (wg == 0) {
         producer<E>(&tm_a, &tm_b, base, tiles_n, total, k_steps);
-        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, p, tiles_n, total);
+        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, total);
     } else {
         consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, tiles_n, total, k_steps);
     }
@@ -401,8 +346,8 @@ inline CUtensorMap matrix_map(const void* base, int rows, int cols, int box_rows
 }
 
 template <Epilogue E>
-void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, float* dpre_colsum, int M,
-            int N, int K, cudaStream_t stream) {
+void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, int M, int N, int K,
+            cudaStream_t stream) {
     const CUtensorMap ma = matrix_map(a, M, K, BM, BK);
     const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN, BK) : matrix_map(w, K, N, BK, 64);
     const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mp = matrix_map(pre, M, N, 64, 64);
@@ -410,7 +355,7 @@ void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16
     allow_shared_memory(kernel, SMEM);
     const int total = ceil_div(M, BM) * ceil_div(N, BN);
     launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mp,
-                     Problem{out, const_cast<bf16*>(pre), bias, dpre_colsum, M, N, K});
+                     Problem{out, const_cast<bf16*>(pre), bias, M, N, K});
 }
 
 }  // namespace wgmma_matmul
@@ -427,19 +372,16 @@ inline void matmul_forward_gelu_wgmma(__nv_bfloat16* out, __nv_bfloat16* pre, co
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_forward_gelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, pre, inp, w, bias, nullptr, M, N, K, stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, pre, inp, w, bias, M, N, K, stream);
 }
 
-// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre); with dpre_colsum (ceil(M / 64), N) also the column
-// sums of dpre per 64-row slice (summing its rows gives the bias gradient of the matmul that made pre). Launches only.
+// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre). Launches only.
 inline void matmul_backward_dgelu_wgmma(__nv_bfloat16* dpre, const __nv_bfloat16* pre, const __nv_bfloat16* dout,
-                                        const __nv_bfloat16* w, int M, int N, int K, cudaStream_t stream,
-                                        float* dpre_colsum = nullptr) {
+                                        const __nv_bfloat16* w, int M, int N, int K, cudaStream_t stream) {
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_backward_dgelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, pre, dout, w, nullptr, dpre_colsum, M, N, K,
-                                                                 stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, pre, dout, w, nullptr, M, N, K, stream);
 }
 
 }  // namespace flashgpt2
