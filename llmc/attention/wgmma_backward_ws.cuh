@@ -63,7 +63,8 @@ struct FbhWs {
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
     static_assert(!DQ_WG || HS == 64, "a dQ warpgroup at head size 64 only: (64, 128) fp32 of dQ would not fit");
     static_assert(SMEM <= 227 * 1024, "shared memory of one block");
-    static_assert(128 * (PRODUCER_REGS + DQ_REGS + NC * CONSUMER_REGS) <= 65536, "register file of one SM");
+    static_assert(128 * (PRODUCER_REGS + DQ_REGS + NC * CONSUMER_REGS) <= hopper::launch_regs(THREADS) * THREADS,
+                  "the block's registers at launch (setmaxnreg only moves them)");
     // TMA boxes are 64 columns (one 128-byte swizzle panel) wide. K_j, V_j at HS 64: one box of Bc rows, its
     // 64-key tiles one after the other; at HS 128 one box of 64 rows per (64-key tile, panel).
     static constexpr int KV_BOX_ROWS = HS == 64 ? BC : 64;

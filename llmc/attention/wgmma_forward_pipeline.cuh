@@ -54,7 +54,8 @@ struct Cfg {
     static constexpr int PRODUCER_REGS = 24;
     static constexpr int CONSUMER_REGS = NC == 2 ? 240 : 160;
     static_assert(HS % 64 == 0 && (BC == 64 || BC == 128) && BR <= 256, "shapes wgmma and TMA boxes allow");
-    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "register file of one SM");
+    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= hopper::launch_regs(THREADS) * THREADS,
+                  "the block's registers at launch (setmaxnreg only moves them)");
 };
 
 // Shared-memory addresses (shared window) of the slots and barriers.

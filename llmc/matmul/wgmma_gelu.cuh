@@ -45,10 +45,9 @@ constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES]
 constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
-// setmaxnreg only moves registers within what the block was given at launch: 65536 / THREADS per thread, rounded
-// down to a multiple of 8 (168). Asking for more than that in all waits forever (PRODUCER_REGS 48 hung every launch).
-static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 65536 / THREADS / 8 * 8 * THREADS,
-              "the block's registers at launch");
+// (PRODUCER_REGS 48 passed a check against the SM's 65536 registers and hung every launch: 168 × 384 is the budget)
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= hp::launch_regs(THREADS) * THREADS,
+              "the block's registers at launch (setmaxnreg only moves them)");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0 && BOX % 1024 == 0,
               "every slot starts on a swizzle pattern (1024 B)");
 

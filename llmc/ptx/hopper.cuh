@@ -123,6 +123,10 @@ template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+// The registers per thread a block of `threads` gets at launch under __launch_bounds__(threads, 1): the SM's 65536
+// shared out, at most 255, rounded down to a multiple of 8. setmaxnreg only moves registers within the block's
+// threads × this: budgets that add up to more make setmaxnreg.inc wait forever (a hang, not an error).
+constexpr int launch_regs(int threads) { return (65536 / threads < 255 ? 65536 / threads : 255) / 8 * 8; }
 
 // ---- wgmma -------------------------------------------------------------------------------------------
 // Orders this thread's earlier register writes (accumulators, A fragments) before the wgmmas that follow.
