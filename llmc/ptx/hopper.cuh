@@ -273,7 +273,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 }
 
 // D(64×256, fp32) (+)= A(64×16, smem, K-major) · B(16×256, smem; K-major, or MN-major with TRANS_B = 1).
-// The matmul engine's instruction (llmc/matmul/wgmma.cuh): one per 16 of k for a 64-row slice of a 128×256 tile.
+// The matmul engine's instruction (llmc/matmul/wgmma_gelu.cuh): one per 16 of k for a 64-row slice of a 128×256 tile.
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[32][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
