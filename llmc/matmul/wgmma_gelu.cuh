@@ -13,14 +13,12 @@
 //                        a 64 × 256 fp32 accumulator in 128 registers; the epilogue writes bf16 64 × 64 boxes
 //                        into 128-byte-swizzled shared memory and TMA stores copy them out while the
 //                        warpgroup goes on to its next tile
-// Blocks work in clusters of 2 (thread-block clusters, CUDA guide) on row tiles 2 mp and 2 mp + 1 of the same
-// column tile: each loads its own A and half of B, which TMA multicasts into both blocks' slots, so a block reads
-// 32 KB a k-slice from L2 instead of 48. The tile pairs go round-robin over the clusters (one block per SM),
-// column tile fastest: the blocks running together share rows of A (in L2), and all of B (4C × C) stays in L2.
+// The tiles go round-robin over one block per SM, column tile fastest: the blocks running together share rows of
+// A (in L2), and all of B (4C × C, a few MB) stays in L2.
 // What is still slow (dev/matmul/gelu_bench.cu; doc/kernels.md has the measurements): the mainloop alone beats
 // cuBLAS's plain GEMM of the d12 shape, but the epilogue is not overlapped with wgmmas (both warpgroups finish a
 // tile together), and its 32 KB of boxes per warpgroup hold half of a forward tile's two outputs, so the forward
-// waits for its own copies to drain to memory. A ping-pong schedule is next.
+// waits for its own copies to drain to memory. A ping-pong schedule or more boxes (a shallower ring) are next.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -46,7 +44,6 @@ constexpr int OUT_OFF = STAGES * STAGE_BYTES;
 constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
 constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-constexpr int CLUSTER = 2;  // blocks sharing each k-slice of B (TMA multicast): tiles (2 mp, n) and (2 mp + 1, n)
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
 // (PRODUCER_REGS 48 passed a check against the SM's 65536 registers and hung every launch: 168 × 384 is the budget)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= hp::launch_regs(THREADS) * THREADS,
@@ -119,43 +116,29 @@ struct Bars {  // the mbarriers after the ring's full[STAGES] and empty[STAGES]
     __device__ uint32_t ready(int cw) const { return base + BAR_OFF + 16 * STAGES + 16 + 8 * cw; }  // helpers → cw
 };
 
-// The persistent schedule: pair p of row tiles (2 mp, 2 mp + 1) at column tile n, p = mp · tiles_n + n, goes to
-// the clusters in turn; the cluster's block of rank r takes row tile 2 mp + r. Both blocks walk the same pairs.
-struct Tiles {
-    int tiles_n, pairs;
-    __device__ int first() const { return blockIdx.x / CLUSTER; }
-    __device__ int step() const { return gridDim.x / CLUSTER; }
-    __device__ int m0(int p) const { return (p / tiles_n * CLUSTER + blockIdx.x % CLUSTER) * BM; }
-    __device__ int n0(int p) const { return p % tiles_n * BN; }
-};
-
 // ---- the producer: one thread, every TMA copy; ring slot s = it % STAGES, its use number it / STAGES -----
-// Each block loads its own A and half of B, multicast into both blocks' slot: a slot is refilled only when the
-// consumers of both blocks have given it back (its "empty" barrier counts the two blocks' consumer warps).
 template <Epilogue E>
 __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensorMap* tm_b, uint32_t base,
-                                         const Tiles& tl, int k_steps) {
+                                         int tiles_n, int total, int k_steps) {
+    hp::setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x != 0) return;  // (warps 1-3 go on to the helpers' work, backward)
     hp::prefetch_tma_map(tm_a);
     hp::prefetch_tma_map(tm_b);
-    const int rank = blockIdx.x % CLUSTER;
-    constexpr uint16_t BOTH = (1u << CLUSTER) - 1;
     int it = 0;
-    for (int p = tl.first(); p < tl.pairs; p += tl.step()) {
-        const int m0 = tl.m0(p), n0 = tl.n0(p);
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+        const int m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
         for (int kb = 0; kb < k_steps; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t a = base + s * STAGE_BYTES, b = a + A_BYTES, full = Bars{base}.full(s);
-            hp::mbar_wait<true>(Bars{base}.empty(s), ((it / STAGES) & 1) ^ 1);  // both blocks have read the slot
-            hp::mbar_arrive_expect_tx(full, STAGE_BYTES);                  // our A, our half of B and the other's
+            hp::mbar_wait(Bars{base}.empty(s), ((it / STAGES) & 1) ^ 1);  // its last k-slice fully read
+            hp::mbar_arrive_expect_tx(full, STAGE_BYTES);
             hp::tma_load_2d(a, tm_a, full, kb * BK, m0);                    // A rows m0.., k-slice kb
-            if constexpr (E == Epilogue::gelu_forward) {                    // B (N, K): 128 of the 256 rows × 64 k
-                hp::tma_load_2d_multicast(b + rank * (B_BYTES / 2), tm_b, full, kb * BK, n0 + rank * (BN / 2), BOTH);
+            if constexpr (E == Epilogue::gelu_forward) {
+                hp::tma_load_2d(b, tm_b, full, kb * BK, n0);                // B (N, K): 256 rows × 64 k
             } else {
 #pragma unroll
-                for (int q = 0; q < BN / 64 / CLUSTER; q++) {               // B (K, N): 2 of the 4 panels of 64 k × 64 n
-                    const int pn = rank * (BN / 64 / CLUSTER) + q;
-                    hp::tma_load_2d_multicast(b + pn * 64 * 128, tm_b, full, n0 + 64 * pn, kb * BK, BOTH);
-                }
+                for (int p = 0; p < BN / 64; p++)                           // B (K, N): 4 panels of 64 k × 64 n
+                    hp::tma_load_2d(b + p * 64 * 128, tm_b, full, n0 + 64 * p, kb * BK);
             }
         }
     }
@@ -168,10 +151,10 @@ __device__ __forceinline__ uint32_t gelu_grad_pair(uint32_t u) {
     const float2 x = unpack_bf16(u);
     return pack_bf16(gelu_grad_acc(x.x), gelu_grad_acc(x.y));
 }
-__device__ __forceinline__ void helpers(uint32_t base, const Tiles& tl) {
+__device__ __forceinline__ void helpers(uint32_t base, int total) {
     const Bars bars{base};
     int n_tile = 0;
-    for (int p = tl.first(); p < tl.pairs; p += tl.step(), n_tile++)
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++)
         for (int cw = 0; cw < 2; cw++) {
             const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
             hp::mbar_wait(bars.pre_full(cw), n_tile & 1);  // the tile's pre has landed
@@ -255,23 +238,18 @@ __device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const
 
 // ---- a consumer warpgroup: rows 64·cw of each tile ----------------------------------------------------
 template <Epilogue E>
-__device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p, const Maps& mp, const Tiles& tl,
-                                         int k_steps) {
+__device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p, const Maps& mp, int tiles_n,
+                                         int total, int k_steps) {
     hp::setmaxnreg_inc<CONSUMER_REGS>();
     const int lane = threadIdx.x % 32, wq = (threadIdx.x / 32) % 4;  // warp within the warpgroup
     const int g = lane / 4, t = lane % 4;                             // accumulator layout (hopper.cuh)
     const bool leader = threadIdx.x % 128 == 0;
     const Bars bars{base};
     const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
-    const uint32_t peer = blockIdx.x % CLUSTER ^ 1;  // the other block of the cluster
-    const auto release = [&](int s) {                // one arrival per warp, in both blocks
-        hp::mbar_arrive(bars.empty(s));
-        hp::mbar_arrive_cluster(hp::map_to_rank(bars.empty(s), peer));
-    };
     float acc[BN / 8][4];
     int it = 0, n_tile = 0;
-    for (int pr = tl.first(); pr < tl.pairs; pr += tl.step(), n_tile++) {
-        const int m0 = tl.m0(pr) + 64 * cw, n0 = tl.n0(pr);  // this warpgroup's slice
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++) {
+        const int m0 = tile / tiles_n * BM + 64 * cw, n0 = tile % tiles_n * BN;  // this warpgroup's slice
         for (int kb = 0; kb < k_steps; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t a = base + s * STAGE_BYTES + cw * 64 * 128, b = base + s * STAGE_BYTES + A_BYTES;
@@ -298,11 +276,11 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
             }
             if (kb > 0) {  // the previous slice's wgmmas are done: give its slot back (one arrival per warp)
                 hp::wgmma_wait<1>();
-                if (lane == 0) release((it - 1) % STAGES);
+                if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
             }
         }
         hp::wgmma_wait<0>();
-        if (lane == 0) release((it - 1) % STAGES);
+        if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
         hp::fence_regs(acc);
         if constexpr (E == Epilogue::gelu_forward) epilogue_forward(acc, p, mp, slots, cw, m0, n0, wq, g, t);
         else epilogue_backward(acc, mp, slots, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
@@ -321,7 +299,7 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             hp::mbar_init(bars.full(s), 1);   // the producer's expect_tx arrival
-            hp::mbar_init(bars.empty(s), 8 * CLUSTER);  // one arrival per consumer warp of each block
+            hp::mbar_init(bars.empty(s), 8);  // one arrival per consumer warp
         }
         for (int cw = 0; cw < 2; cw++) {
             hp::mbar_init(bars.pre_full(cw), 1);  // the consumer leader's expect_tx arrival
@@ -329,32 +307,29 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
         }
         hp::fence_barrier_init();
     }
-    hp::cluster_sync();  // both blocks' barriers are initialized before any thread waits on or arrives at them
-    const int tiles_n = ceil_div(p.N, BN), k_steps = ceil_div(p.K, BK);
-    const Tiles tl{tiles_n, ceil_div(ceil_div(p.M, BM), CLUSTER) * tiles_n};
+    __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
+    const int tiles_n = ceil_div(p.N, BN), total = ceil_div(p.M, BM) * tiles_n, k_steps = ceil_div(p.K, BK);
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform
     if (wg == 0) {
-        hp::setmaxnreg_dec<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<E>(&tm_a, &tm_b, base, tl, k_steps);
-        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, tl);
+        producer<E>(&tm_a, &tm_b, base, tiles_n, total, k_steps);
+        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, total);
     } else {
-        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, tl, k_steps);
+        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, tiles_n, total, k_steps);
     }
-    hp::cluster_sync();  // no block leaves while the other may still write its slots or arrive on its barriers
 #else
     (void)tm_a, (void)tm_b, (void)tm_out, (void)tm_pre, (void)p;  // no sm_90a code: launches are refused on the host
 #endif
 }
 
 // One kernel per pass, so profiles name the pass that ran (static: this header is in several translation units).
-static __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
+static __global__ void __launch_bounds__(THREADS, 1)
 matmul_forward_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                                  const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
                                  const Problem p) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     kernel_body<Epilogue::gelu_forward>(tm_a, tm_b, tm_out, tm_pre, p);
 }
-static __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
+static __global__ void __launch_bounds__(THREADS, 1)
 matmul_backward_dgelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                                    const __grid_constant__ CUtensorMap tm_out,
                                    const __grid_constant__ CUtensorMap tm_pre, const Problem p) {
@@ -369,30 +344,16 @@ inline CUtensorMap matrix_map(const void* base, int rows, int cols, int box_rows
     return hopper::make_bf16_map(base, 2, dims, strides, box);
 }
 
-// How many clusters of this kernel the card holds at once (a GPC's SMs need not pair up): the persistent grid's size.
-template <Epilogue E>
-int max_clusters(void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, Problem)) {
-    static const int n = [&] {  // one per pass
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(CLUSTER * sm_count()), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = SMEM;
-        int clusters = 0;
-        cudaCheck(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-        if (clusters < 1) fail("matmul GELU wgmma: no cluster of %d blocks fits an SM group", CLUSTER);
-        return clusters;
-    }();
-    return n;
-}
-
 template <Epilogue E>
 void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, int M, int N, int K,
             cudaStream_t stream) {
     const CUtensorMap ma = matrix_map(a, M, K, BM, BK);
-    const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN / CLUSTER, BK) : matrix_map(w, K, N, BK, 64);
+    const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN, BK) : matrix_map(w, K, N, BK, 64);
     const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mp = matrix_map(pre, M, N, 64, 64);
     auto kernel = E == Epilogue::gelu_forward ? matmul_forward_gelu_wgmma_kernel : matmul_backward_dgelu_wgmma_kernel;
     allow_shared_memory(kernel, SMEM);
-    const int pairs = ceil_div(ceil_div(M, BM), CLUSTER) * ceil_div(N, BN);
-    launch_dependent(kernel, CLUSTER * std::min(pairs, max_clusters<E>(kernel)), THREADS, SMEM, stream, ma, mb, mo, mp,
+    const int total = ceil_div(M, BM) * ceil_div(N, BN);
+    launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mp,
                      Problem{out, const_cast<bf16*>(pre), bias, M, N, K});
 }
 
