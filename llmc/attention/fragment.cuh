@@ -27,6 +27,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
 }
+// The reverse: one register of two bf16 → two floats (x the low half).
+__device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
 
 // 2^x on the special-function unit (one MUFU.EX2; 2^-inf = +0).
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -151,8 +151,7 @@ __device__ __forceinline__ void fb_mma_rows_k(float (&acc)[8][4], const float (&
 
 // sum over the 2 bf16 pairs of two packed registers: a.lo*b.lo + a.hi*b.hi, in fp32
 __device__ __forceinline__ float fb_dot2(uint32_t a, uint32_t b) {
-    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a));
-    const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b));
+    const float2 x = frag::unpack_bf16(a), y = frag::unpack_bf16(b);
     return fmaf(x.x, y.x, x.y * y.y);
 }
 

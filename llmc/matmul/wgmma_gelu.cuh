@@ -22,7 +22,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include "llmc/attention/fragment.cuh"  // frag::pack_bf16: the accumulator layout is the attention engines'
+#include "llmc/attention/fragment.cuh"  // frag::pack_bf16, unpack_bf16 (the attention engines' accumulator layout)
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/gelu.cuh"                 // GELU_SCALE
@@ -83,9 +83,7 @@ __device__ __forceinline__ float gelu_grad_acc(float x) {
 }
 
 using frag::pack_bf16;
-__device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
+using frag::unpack_bf16;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- shared memory: the epilogue's boxes and barriers ------------------------------------------------------
