@@ -18,7 +18,8 @@
 // What is still slow (dev/matmul/gelu_bench.cu; doc/kernels.md has the measurements): the mainloop alone beats
 // cuBLAS's plain GEMM of the d12 shape, but the epilogue is not overlapped with wgmmas (both warpgroups finish a
 // tile together), and its 32 KB of boxes per warpgroup hold half of a forward tile's two outputs, so the forward
-// waits for its own copies to drain to memory. A ping-pong schedule or more boxes (a shallower ring) are next.
+// waits for its own copies to drain to memory. More boxes (a 2-slot ring) and clusters sharing B measured slower;
+// a ping-pong schedule, whose epilogue overlaps the other warpgroup's wgmmas, is what is left.
 #pragma once
 #include <algorithm>
 #include <cstdint>
