@@ -2,7 +2,7 @@
 //
 // naive: standard attention (llm.c's own): permute q, k, v to (B,NH,T,HS); S = Q K^T into HBM, (B,NH,T,T);
 //        P = softmax(scale * S) into HBM, (B,NH,T,T), kept until the backward; O = P V; unpermute. The
-//        backward reads P back: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K,
+//        backward reads P back: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP) / rowsum(P)), dQ = dS K,
 //        dK = dS^T Q, each (B,NH,T,T) intermediate a round trip through HBM. GEMMs are cuBLAS batched.
 //        Precision as the flash kernels: S and dP in fp32 (the GEMMs accumulate in fp32 and write fp32), P and
 //        dS in floatX, because they feed the next GEMM. (llm.c's kernels store S and dP in bf16: the softmax
@@ -192,7 +192,11 @@ static __global__ void attention_softmax_naive_kernel(floatX* att, const float* 
     for (int j = lane; j < T; j += 32) p[j] = from_float<floatX>(j <= i ? expf(scale * s[j] - m) / l : 0.0f);
 }
 
-// dS = scale * P * (dP - sum_j P dP); 0 above the diagonal.
+// dS = scale * P * (dP - sum_j P dP / sum_j P); 0 above the diagonal. The exact P sums to 1 over a row, and then
+// every row of dS sums to 0; the stored P is rounded (to bf16 in the BF16 build) and sums to 1 + e, |e| up to a
+// few 2^-9. Dividing by sum_j P keeps dS's rows summing to 0: without it e times dP's part common to the row
+// (large when q, k, v share a mean) lands in dS, and where dQ is a difference of a few keys (T = 2: dQ =
+// dS_0 (K_0 - K_1)) that is several percent of it.
 static __global__ void attention_softmax_backward_naive_kernel(floatX* dpreatt, const float* datt, const floatX* att,
                                                                float scale, int rows, int T) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -201,9 +205,9 @@ static __global__ void attention_softmax_backward_naive_kernel(floatX* dpreatt, 
     const floatX* p = att + (size_t)row * T;
     const float* dp = datt + (size_t)row * T;
     floatX* ds = dpreatt + (size_t)row * T;
-    float dot = 0.0f;
-    for (int j = lane; j <= i; j += 32) dot += to_float(p[j]) * dp[j];
-    dot = warp_sum(dot);
+    float dot = 0.0f, sum = 0.0f;
+    for (int j = lane; j <= i; j += 32) dot += to_float(p[j]) * dp[j], sum += to_float(p[j]);
+    dot = warp_sum(dot) / warp_sum(sum);
     for (int j = lane; j < T; j += 32) ds[j] = from_float<floatX>(j <= i ? scale * to_float(p[j]) * (dp[j] - dot) : 0.0f);
 }
 

@@ -4,7 +4,8 @@
 // Algorithm 3), one step per kernel. The forward saved P = softmax(S), (B, NH, T, T); then
 //     dV = Pᵀ dO                       a batched matmul (cuBLAS), P read from HBM
 //     dP = dO Vᵀ                       a batched matmul, written to HBM in fp32: (B, NH, T, T)
-//     dS = scale · P ∘ (dP − rowsum(dP ∘ P))   one warp per row, P and dP read from HBM, dS written (B, NH, T, T)
+//     dS = scale · P ∘ (dP − rowsum(dP ∘ P) / rowsum(P))   one warp per row, P and dP read from HBM, dS written
+//                                      (B, NH, T, T); the stored P is rounded (llmc/attention.cuh: why the division)
 //     dQ = dS K,  dK = dSᵀ Q           two batched matmuls reading dS from HBM
 // (the softmax's backward needs rowsum(dP ∘ P), which equals rowsum(dO ∘ O): rung 3 uses the second form).
 // Five T×T matrices' worth of HBM traffic per head where the flash rungs move none; at T = 32768 the saved P
