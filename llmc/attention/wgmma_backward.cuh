@@ -23,10 +23,11 @@
 //                dP = dO_i V_j^T   A = dO_i (smem)           B = V_j (K-major)
 //                dQ_i += dS K_j    A = dS (registers)        B = K_j (MN-major)
 //   dK/dV kernel (one warpgroup owns 64 keys)
-//                S^T = K_j Q_i^T   A = K_j (smem)            B = Q_i (K-major)
-//                dP^T = V_j dO_i^T A = V_j (smem)            B = dO_i (K-major)
+//                S^T = K_j Q_i^T   A = K_j (smem; registers*)  B = Q_i (K-major)
+//                dP^T = V_j dO_i^T A = V_j (smem; registers*)  B = dO_i (K-major)
 //                dV_j += P^T dO_i  A = P^T (registers)       B = dO_i (MN-major)
 //                dK_j += dS^T Q_i  A = dS^T (registers)      B = Q_i (MN-major)
+// (* the warp-specialized kernel with a dQ warpgroup, head size 64: K_j, V_j stay in its 64 keys' registers.)
 // Inside a step the second product of a pair runs while the registers of the first are worked on: dP (dP^T)
 // is in flight while P (P^T) is computed, and dV while dS^T is.
 //
@@ -127,6 +128,12 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[8][4], uint32_t a_tile, uin
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) hp::wgmma_ss<64>(acc, kmajor(a_tile, kk), kmajor(b_tile, kk), kk > 0);
 }
+// The same product with A in registers: acc = A · B^T, A (64 x 64) as this warpgroup's bf16 A fragments `a`
+// (k = its columns; ldmatrix'd from a K-major tile), B (64, 64) K-major in shared memory. Head size 64 only.
+__device__ __forceinline__ void gemm_ss(float (&acc)[8][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) hp::wgmma_m64n64k16_rs<0>(acc, a[kk], kmajor(b_tile, kk), kk > 0);
+}
 // acc (64 x HS, HS = 8 NT) += X · tile, X = a (64 x 64) accumulator packed to bf16 A fragments `a` (k = X's
 // columns), tile (64, HS) MN-major.
 template <int NT>
@@ -189,19 +196,23 @@ struct DkdvCopies {
 // first key wk0) against the query tile at i0 (Qi, dOi; lse·log2(e) and D of the tile's queries at L, 2 x 64
 // floats); head size HS = 8 NT, the width of dK and dV. `meanwhile` runs while S^T and dP^T are on the tensor
 // cores; `with_ds(dsa)`, given dS^T as bf16 A fragments, while dK runs (it may issue wgmmas of its own).
+// Kw, Vw are the tiles' shared addresses, or (KA = uint32_t[4][4], head size 64) the warpgroup's A fragments
+// of them, loaded once per item: then S^T and dP^T read only Q_i and dO_i from shared memory.
 // Returns with every wgmma complete.
 struct NoDs {
     __device__ void operator()(const uint32_t (&)[4][4]) const {}
 };
-template <int NT, class F, class G = NoDs>
-__device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4], uint32_t Kw, uint32_t Vw,
+template <int NT, class F, class G = NoDs, class KA = uint32_t>
+__device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4], const KA& Kw, const KA& Vw,
                                           uint32_t Qi, uint32_t dOi, const float* L, int i0, int wk0, int key_g,
                                           int t, float sl2, F&& meanwhile, G&& with_ds = G{}) {
     float st[8][4], dpt[8][4];
     hp::wgmma_fence();
-    gemm_ss<8 * NT>(st, Kw, Qi);    // S^T = K_j Q_i^T   (rows keys, columns queries)
+    if constexpr (std::is_same_v<KA, uint32_t>) gemm_ss<8 * NT>(st, Kw, Qi);  // S^T = K_j Q_i^T (rows keys,
+    else gemm_ss(st, Kw, Qi);                                                  // columns queries)
     hp::wgmma_commit();
-    gemm_ss<8 * NT>(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second group: still running during P^T below
+    if constexpr (std::is_same_v<KA, uint32_t>) gemm_ss<8 * NT>(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second
+    else gemm_ss(dpt, Vw, dOi);                                                  // group: running during P^T below
     hp::wgmma_commit();
     meanwhile();
     hp::wgmma_wait<1>();  // S^T is done

@@ -33,7 +33,9 @@ namespace flashgpt2 {
 //               each issues dS K_j for half of dQ_i's columns (dev rung 10);
 //   warpgroup   a fourth warpgroup: the consumers store dS^T and go on; the dQ warpgroup waits for both tiles
 //               (an mbarrier), issues dS K_j for all of dQ_i and adds it, off the consumers' path (dev rung 11;
-//               head size 64: at 128 the consumers' registers leave none for a fourth warpgroup).
+//               head size 64: at 128 the consumers' registers leave none for a fourth warpgroup). Its
+//               consumers also hold K_j, V_j as A fragments for the item, so S^T and dP^T read only Q_i, dO_i
+//               from shared memory.
 // With consumers or warpgroup, dQ's shares are summed in fixed point (wgmma_backward_fixed_dq.cuh).
 enum class DqBy { kernel, consumers, warpgroup };
 
@@ -236,6 +238,12 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
         const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
         const uint32_t Kw = sK + k * W::KV_BYTES + wg * W::TILE, Vw = sV + k * W::KV_BYTES + wg * W::TILE;
         float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+        uint32_t ka[4][4], va[4][4];  // DqBy::warpgroup: K_j, V_j as A fragments, so S^T, dP^T read only Q_i, dO_i
+        if constexpr (W::DQ_WG) {     // from shared memory (the registers the dQ warpgroup leaves free allow it)
+            const FbOffsets off(warp % 4, lane);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) mma::ldmatrix_x4(ka[kk], Kw + off.a[kk]), mma::ldmatrix_x4(va[kk], Vw + off.a[kk]);
+        }
         const float* ld_src = LD + ((size_t)bh * n_qt + j0 / FB_BR) * W::LD_ROWS * FB_BR;  // tile i0's rows
         for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++, ld_src += W::LD_ROWS * FB_BR) {
             const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
@@ -268,7 +276,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                     const uint32_t zero[4][4] = {};
                     hand_over(zero);
                 } else {
-                    hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2,
+                    hb::dkdv_step(dk, dv, ka, va, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2,
                                   ld_next, hand_over);  // dS^T handed over while dK runs
                 }
             } else if constexpr (DQ == DqBy::consumers) {  // both consumers take every step: each makes half of dQ_i's columns
