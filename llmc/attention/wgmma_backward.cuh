@@ -128,9 +128,9 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[8][4], uint32_t a_tile, uin
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) hp::wgmma_ss<64>(acc, kmajor(a_tile, kk), kmajor(b_tile, kk), kk > 0);
 }
-// The same product with A in registers: acc = A · B^T, A (64 x 64) as this warpgroup's bf16 A fragments `a`
+// gemm_ss with A in registers: acc = A · B^T, A (64 x 64) as this warpgroup's bf16 A fragments `a`
 // (k = its columns; ldmatrix'd from a K-major tile), B (64, 64) K-major in shared memory. Head size 64 only.
-__device__ __forceinline__ void gemm_ss(float (&acc)[8][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
+__device__ __forceinline__ void gemm_rs_kmajor(float (&acc)[8][4], const uint32_t (&a)[4][4], uint32_t b_tile) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) hp::wgmma_m64n64k16_rs<0>(acc, a[kk], kmajor(b_tile, kk), kk > 0);
 }
@@ -209,10 +209,10 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[NT][4], float (&dv)[NT][4]
     float st[8][4], dpt[8][4];
     hp::wgmma_fence();
     if constexpr (std::is_same_v<KA, uint32_t>) gemm_ss<8 * NT>(st, Kw, Qi);  // S^T = K_j Q_i^T (rows keys,
-    else gemm_ss(st, Kw, Qi);                                                  // columns queries)
+    else gemm_rs_kmajor(st, Kw, Qi);                                           // columns queries)
     hp::wgmma_commit();
     if constexpr (std::is_same_v<KA, uint32_t>) gemm_ss<8 * NT>(dpt, Vw, dOi);  // dP^T = V_j dO_i^T, a second
-    else gemm_ss(dpt, Vw, dOi);                                                  // group: running during P^T below
+    else gemm_rs_kmajor(dpt, Vw, dOi);                                           // group: running during P^T below
     hp::wgmma_commit();
     meanwhile();
     hp::wgmma_wait<1>();  // S^T is done
