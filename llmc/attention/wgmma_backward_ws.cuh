@@ -242,7 +242,10 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
         if constexpr (W::DQ_WG) {     // from shared memory (the registers the dQ warpgroup leaves free allow it)
             const FbOffsets off(warp % 4, lane);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) mma::ldmatrix_x4(ka[kk], Kw + off.a[kk]), mma::ldmatrix_x4(va[kk], Vw + off.a[kk]);
+            for (int kk = 0; kk < 4; kk++) {
+                mma::ldmatrix_x4(ka[kk], Kw + off.a[kk]);
+                mma::ldmatrix_x4(va[kk], Vw + off.a[kk]);
+            }
         }
         const float* ld_src = LD + ((size_t)bh * n_qt + j0 / FB_BR) * W::LD_ROWS * FB_BR;  // tile i0's rows
         for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++, ld_src += W::LD_ROWS * FB_BR) {
