@@ -194,7 +194,7 @@ __device__ __forceinline__ void consumer_pingpong(const Smem<C>& sm, volatile in
     static_assert(C::NC >= 2 && C::NC <= 3, "ping-pong needs two or three consumer warpgroups");
     hp::setmaxnreg_inc<C::CONSUMER_REGS>();
     constexpr int S = C::STAGES;
-    const int cw = threadIdx.x / 128 - 1;  // consumer index: rows 64·cw .. 64·cw + 63 of Q_i
+    const int cw = hp::uniform(threadIdx.x / 128 - 1);  // consumer index: rows 64·cw .. 64·cw + 63 of Q_i
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     const float scale_log2 = pr.scale * LOG2E;
     const int T = pr.T, n_q = ceil_div(T, C::BR);
@@ -207,7 +207,7 @@ __device__ __forceinline__ void consumer_pingpong(const Smem<C>& sm, volatile in
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
 
     hp::mbar_wait(sm.q_full(0), 0);  // Q_i of item 0 (or the end marker) has arrived
-    int tile = tile_slot[0];
+    int tile = hp::uniform(tile_slot[0]);
     if (tile >= 0) {
         Item<C> cur(sm, tile, 0, n_q, pr, cw, warp, lane);
         int it = 0;  // K/V tiles of earlier items (mirrors the producer's count)
@@ -263,7 +263,7 @@ __device__ __forceinline__ void consumer_pingpong(const Smem<C>& sm, volatile in
             n++;
             const int b = n & 1;
             hp::mbar_wait(sm.q_full(b), (n >> 1) & 1);  // the next Q_i (or the end marker) has arrived
-            tile = tile_slot[b];
+            tile = hp::uniform(tile_slot[b]);
             if (tile < 0) {  // no next item: the last P·V alone, then the epilogue
                 turn.begin();
                 hp::mbar_wait(sm.v_full(sv), (vt / S) & 1);

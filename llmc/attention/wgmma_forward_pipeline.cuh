@@ -163,8 +163,8 @@ __device__ __forceinline__ void qk_gemm(float (&s)[C::BC / 8][4], uint32_t q_row
 #pragma unroll
     for (int kk = 0; kk < C::HS / 16; kk++) {
         const uint32_t panel = kk / 4, off = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
-        const uint64_t da = hp::smem_desc_sw128(q_rows + panel * C::BR * 128 + off, 16, 1024);
-        const uint64_t db = hp::smem_desc_sw128(k_tile + panel * C::BC * 128 + off, 16, 1024);
+        const uint64_t da = hp::smem_desc_plus(hp::smem_desc_sw128(q_rows + panel * C::BR * 128, 16, 1024), off);
+        const uint64_t db = hp::smem_desc_plus(hp::smem_desc_sw128(k_tile + panel * C::BC * 128, 16, 1024), off);
         hp::wgmma_ss<C::BC>(s, da, db, kk > 0);  // kk = 0 overwrites S
     }
 }
@@ -174,7 +174,7 @@ __device__ __forceinline__ void pv_gemm(float (&o)[C::HS / 8][4], const uint32_t
                                         uint32_t v_tile) {
 #pragma unroll
     for (int kk = 0; kk < C::BC / 16; kk++) {
-        const uint64_t db = hp::smem_desc_sw128(v_tile + kk * 16 * 128, C::BC * 128, 1024);
+        const uint64_t db = hp::smem_desc_plus(hp::smem_desc_sw128(v_tile, C::BC * 128, 1024), kk * 16 * 128);
         hp::wgmma_rs<C::HS>(o, p[kk], db, 1);
     }
 }

@@ -154,9 +154,22 @@ __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
 //     Stepping k by 16 inside a 128-byte row is a +32-byte start address; the hardware applies the XOR.
 //   MN-major (B = V for P·V: the N = head-dim columns are contiguous): SBO = 1024 (next 8 k-rows),
 //     LBO = distance between 64-column panels (only used when N > 64).
+// x as the compiler's warp-uniform value: lane 0's, for an x every lane of the warp holds (a warpgroup index
+// from threadIdx, a work item read from shared memory). Values derived from it, loop counts included, may then
+// live in uniform registers, where the wgmma descriptors built from them are read, instead of being computed
+// per thread and moved there before every wgmma (CUTLASS's canonical_warp_group_idx does the same).
+__device__ __forceinline__ int uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
+// Built as two 32-bit words: `addr` is a shared-window address, below 2^18 (228 KB), so addr / 16 fits the 14-bit
+// start field, and moving the start (smem_desc_plus) is one 32-bit add that cannot carry out of the field. A
+// 64-bit add or OR would cost the uniform datapath two instructions per descriptor, one descriptor per wgmma.
+__device__ __forceinline__ uint64_t smem_desc_words(uint32_t lo, uint32_t hi) { return (uint64_t)hi << 32 | lo; }
 __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo_bytes >> 4) & 0x3FFF) << 16) |
-           ((uint64_t)((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+    return smem_desc_words((addr >> 4) + ((lbo_bytes >> 4) << 16), (sbo_bytes >> 4) | (1u << 30));
+}
+// The same descriptor with its start address `bytes` (a multiple of 16) further on.
+__device__ __forceinline__ uint64_t smem_desc_plus(uint64_t desc, uint32_t bytes) {
+    return smem_desc_words((uint32_t)desc + (bytes >> 4), (uint32_t)(desc >> 32));
 }
 
 // The wgmma shapes the rung uses (bf16 in, fp32 accumulate). Accumulator layout, per warp w of the
