@@ -8,7 +8,7 @@
 //        every one of the hundreds of adds into a frequent token's row and lose its gradient's low bits.
 // flash: one thread per 16 bytes in the forward. The backward is deterministic: sort the positions by token
 //        (a stable radix sort keeps each token's positions in ascending order), then one block per run of
-//        equal tokens sums that token's dout rows in that fixed order, in fp32, and adds once into dwte.
+//        equal tokens sums that token's dout rows in a fixed order, in fp32, and adds once into dwte.
 //        dwpe[t] sums over b in order, one thread per (t, c).
 #pragma once
 #include <cub/device/device_radix_sort.cuh>
@@ -120,18 +120,23 @@ static __global__ void encoder_sort_init_kernel(int* keys, int* positions, const
 }
 
 // One block per sorted position i; only the block at the start of a run of equal tokens works. It finds the
-// run's end by binary search (the keys are sorted), then sums dout over the run, in ascending position order,
-// for every channel, and adds the sum into dwte once. A frequent token (" the", "\n") owns thousands of
-// positions at B=64, so this one block is the kernel's time: the loop is unrolled so that 8 rows' loads are
-// in flight at once (the adds stay in order), and a thread per channel (up to 1024) makes one pass over the run.
-// (doc/kernels.md: about 5x faster than 256 threads with one load at a time; the sums, and so the bits, are
-// the same).
-static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tokens_sorted,
-                                            const int* positions_sorted, int N, int C) {
+// run's end by binary search (the keys are sorted), sums dout over the run and adds the sum into dwte once. A
+// frequent token (" the", "\n") owns thousands of positions at 32K tokens per step, and this one block is then
+// the kernel's time, so it splits the run S ways: thread (s, g) sums the 16 bytes of channels g over the run's
+// rows s, s + S, s + 2S, ... in ascending order, then each channel's S partial sums are added in the order
+// s = 0, 1, ..., S-1. A fixed order, so the same bits on every run (other bits than one pass over the run).
+// S x (groups of one pass) is the block: encoder_wte_segments() below.
+constexpr int ENCODER_WTE_THREADS = 1024;
+__host__ __device__ inline int encoder_wte_groups(int C) { return C / X128 < 128 ? C / X128 : 128; }  // per pass
+__host__ __device__ inline int encoder_wte_segments(int C) { return ENCODER_WTE_THREADS / encoder_wte_groups(C); }
+static __global__ void __launch_bounds__(ENCODER_WTE_THREADS)
+    encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tokens_sorted,
+                                const int* positions_sorted, int N, int C) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
+    __shared__ float part[ENCODER_WTE_THREADS * X128];  // (S, groups x X128) partial sums of one pass
     const int i = blockIdx.x;
     const int token = tokens_sorted[i];
-    if (i > 0 && tokens_sorted[i - 1] == token) return;  // not the first position of this token
+    if (i > 0 && tokens_sorted[i - 1] == token) return;  // not the first position of this token (the whole block)
     int lo = i + 1, hi = N;  // -> the first j > i whose token differs (or N)
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
@@ -139,12 +144,29 @@ static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* d
         else hi = mid;
     }
     const int end = lo;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int j = i; j < end; j++) sum += to_float(dout[(size_t)positions_sorted[j] * C + c]);
-        floatX* d = dwte + (size_t)token * C + c;
-        *d = from_float<floatX>(to_float(*d) + sum);
+    const int G = C / X128, gb = encoder_wte_groups(C), S = encoder_wte_segments(C);
+    const int s = threadIdx.x / gb, g = threadIdx.x % gb;  // this thread's segment and group (s < S: all but a few)
+    for (int g0 = 0; g0 < G; g0 += gb) {  // one pass: groups g0 .. g0 + gb - 1
+        float acc[X128] = {};
+        if (s < S && g0 + g < G) {
+            const floatX* col = dout + (size_t)(g0 + g) * X128;
+#pragma unroll 4
+            for (int j = i + s; j < end; j += S) {
+                const Packed128<floatX> x = load128(col + (size_t)positions_sorted[j] * C);
+#pragma unroll
+                for (int e = 0; e < X128; e++) acc[e] += to_float(x[e]);
+            }
+#pragma unroll
+            for (int e = 0; e < X128; e++) part[s * gb * X128 + g * X128 + e] = acc[e];
+        }
+        __syncthreads();  // every segment's partial sums of this pass are in part
+        for (int e = threadIdx.x; e < gb * X128 && g0 * X128 + e < C; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int k = 0; k < S; k++) sum += part[k * gb * X128 + e];
+            floatX* d = dwte + (size_t)token * C + g0 * X128 + e;
+            *d = from_float<floatX>(to_float(*d) + sum);
+        }
+        __syncthreads();  // part is read before the next pass writes it
     }
 }
 
@@ -171,7 +193,7 @@ inline void encoder_backward_flash(floatX* dwte, floatX* dwpe, void* ws, const f
     launch_dependent(encoder_sort_init_kernel, ceil_div(N, 256), 256, 0, stream, keys, positions, inp, N);
     cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, positions, positions_sorted, N, 0,
                                               encoder_sort_bits(Vp), stream));
-    launch_dependent(encoder_backward_wte_kernel, N, std::min(1024, ceil_div(C, 32) * 32), 0, stream,
+    launch_dependent(encoder_backward_wte_kernel, N, ENCODER_WTE_THREADS, 0, stream,
         dwte, dout, keys_sorted, positions_sorted, N, C);
     launch_dependent(encoder_backward_wpe_kernel, ceil_div(T * C, 256), 256, 0, stream, dwpe, dout, B, T, C);
 }
