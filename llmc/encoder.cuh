@@ -145,7 +145,7 @@ static __global__ void __launch_bounds__(ENCODER_WTE_THREADS)
     }
     const int end = lo;
     const int G = C / X128, gb = encoder_wte_groups(C), S = encoder_wte_segments(C);
-    const int s = threadIdx.x / gb, g = threadIdx.x % gb;  // this thread's segment and group (s < S: all but a few)
+    const int s = threadIdx.x / gb, g = threadIdx.x % gb;  // this thread's segment and group (s = S: idle)
     for (int g0 = 0; g0 < G; g0 += gb) {  // one pass: groups g0 .. g0 + gb - 1
         float acc[X128] = {};
         if (s < S && g0 + g < G) {

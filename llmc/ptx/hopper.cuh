@@ -147,6 +147,12 @@ __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
         for (int j = 0; j < 4; j++) asm volatile("" : "+f"(d[i][j])::"memory");
 }
 
+// x as the compiler's warp-uniform value: lane 0's, for an x every lane of the warp holds (a warpgroup index
+// from threadIdx, a work item read from shared memory). Values derived from it, loop counts included, may then
+// live in uniform registers, where the wgmma descriptors built from them are read, instead of being computed
+// per thread and moved there before every wgmma (CUTLASS's canonical_warp_group_idx does the same).
+__device__ __forceinline__ int uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // Shared-memory matrix descriptor (PTX "Matrix Descriptor Format"): start address, leading- and stride-
 // dimension byte offsets (all >> 4), layout = 128-byte swizzle (1 in bits 62–63). Our tiles are 1024-byte
 // aligned (one swizzle pattern = 8 rows × 128 bytes), so the base-offset field stays 0.
@@ -154,12 +160,6 @@ __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
 //     Stepping k by 16 inside a 128-byte row is a +32-byte start address; the hardware applies the XOR.
 //   MN-major (B = V for P·V: the N = head-dim columns are contiguous): SBO = 1024 (next 8 k-rows),
 //     LBO = distance between 64-column panels (only used when N > 64).
-// x as the compiler's warp-uniform value: lane 0's, for an x every lane of the warp holds (a warpgroup index
-// from threadIdx, a work item read from shared memory). Values derived from it, loop counts included, may then
-// live in uniform registers, where the wgmma descriptors built from them are read, instead of being computed
-// per thread and moved there before every wgmma (CUTLASS's canonical_warp_group_idx does the same).
-__device__ __forceinline__ int uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
-
 // Built as two 32-bit words: `addr` is a shared-window address, below 2^18 (228 KB), so addr / 16 fits the 14-bit
 // start field, and moving the start (smem_desc_plus) is one 32-bit add that cannot carry out of the field. A
 // 64-bit add or OR would cost the uniform datapath two instructions per descriptor, one descriptor per wgmma.
