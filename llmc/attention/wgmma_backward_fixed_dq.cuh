@@ -37,8 +37,8 @@ namespace flashgpt2::fixed_dq {
 
 // The workspace, in this order: the integer sums, (B·NH, T/64 tiles, 64 x HS) in the order the accumulator
 // registers hold them (add_share); per query tile its rows' lse·log2(e), D and |dO_i|_2 (LD_ROWS x 64 floats,
-// 0 past T; a dK/dV step copies a tile's with cp.async, one tile ahead: a load from global memory right before
-// the step's fence.proxy.async would hold the fence for its latency); per head max|K| and max|V|_2 (the bit
+// 0 past T; the dK/dV kernel's producer warp stores a tile's into the ring slot with Q_i, dO_i: a load from global
+// memory right before the step's fence.proxy.async would hold the fence for its latency); per head max|K| and max|V|_2 (the bit
 // patterns of non-negative floats, maxed as unsigned integers: a NaN's is above inf's).
 constexpr int LD_ROWS = 3;
 inline size_t acc_ints(int B, int NH, int T, int HS) { return (size_t)B * NH * ceil_div(T, FB_BR) * FB_BR * HS; }

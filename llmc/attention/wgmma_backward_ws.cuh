@@ -1,9 +1,9 @@
 // The wgmma backward's dK/dV kernel, warp-specialized (FlashAttention-3's structure, Shah et al. 2024,
 // arXiv:2407.08608, §3.1): the engine's at head size 128, where it measured faster than wgmma_backward.cuh's
 // (dev rung 6, doc/attention/backward/6_warp_specialized.md, has the story and the figures; at head size 64
-// it is slower, and the engine keeps the one-warpgroup kernel there). One TMA producer thread fills a ring of
-// Q_i, dO_i tiles; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on them and never meet at
-// a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
+// it is slower, and the engine keeps the one-warpgroup kernel there). One producer warp fills a ring of
+// Q_i, dO_i tiles and their rows' lse, D; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on
+// them and never meet at a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
 // counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
 // Fused (DqBy::consumers, dev rung 10; DqBy::warpgroup, dev rung 11) the kernel makes dQ too: each step's dS also
 // gives dQ_i's share dS K_j, summed in fixed point (wgmma_backward_fixed_dq.cuh says how and why): 5 tile products
@@ -21,11 +21,13 @@ namespace flashgpt2 {
 
 // ---------------------------------------------------------------------------------------------------------
 // dK, dV, warp-specialized: warpgroup 0 is the producer, warpgroups 1 and 2 the consumers. One producer
-// thread fills a ring of STAGES slots with Q_i and dO_i through TMA (the copy engine writes them already
-// swizzled); a slot's "full" mbarrier completes when their bytes have landed, and its "empty" one when every
-// consumer warp has arrived after its last wgmma on them. K_j, V_j of an item have two slots of their own
-// (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w owns keys
-// 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
+// warp fills a ring of STAGES slots: its lane 0 issues Q_i and dO_i through TMA (the copy engine writes them
+// already swizzled), and its 32 lanes store the tile's per-row floats (lse·log2(e), D, ...) from registers.
+// A slot's "full" mbarrier completes when the TMA bytes have landed and every lane has arrived after its
+// stores (a release arrival: the consumers' loads after their wait see the rows). Its "empty" one completes
+// when every consumer thread has arrived after its last wgmma on them. K_j, V_j of an item have two slots
+// of their own (kv_full / kv_empty), so the next item's land while this one finishes. Consumer warpgroup w
+// owns keys 64w..64w+63 of the item's Bc = 128 and runs dkdv_step over the query tiles from j0 on.
 
 // Who makes dQ (the kernel's template argument):
 //   kernel      a separate dQ kernel, wgmma_backward.cuh's, ran before (the engine; dev rung 6);
@@ -52,14 +54,14 @@ struct FbhWs {
     static constexpr int DO_OFF = Q_OFF + STAGES * TILE;           // Q_i, dO_i (Br, HS) per slot
     static constexpr int DS_BUFS = !FUSED ? 0 : HS == 64 ? 2 : 1;  // (one buffer at 128: 227 KB)
     static constexpr int DS_OFF = DO_OFF + STAGES * TILE;          // dS^T of consumer c at + c FB_TILE per buffer
-    // A consumer warp's copy per query tile: lse_i·log2(e), D_i (Br floats each) and, where the consumers make
-    // dQ, |dO_i|_2 and the head's max |K|, |V|_2; 2 buffers per consumer warp. The workspace holds LD_ROWS rows.
+    // A query tile's rows of Br floats in its slot: lse_i·log2(e), D_i and, where the consumers make dQ, |dO_i|_2
+    // (the first LD_TILE bytes of the tile's LD_ROWS rows in the workspace; the dQ warpgroup reads its own).
     static constexpr int LD_ROWS = FUSED ? fixed_dq::LD_ROWS : 2;
-    static constexpr int LD_BYTES = DQ == DqBy::consumers ? (3 * FB_BR + 4) * 4 : 2 * FB_BR * 4;
+    static constexpr int LD_TILE = (DQ == DqBy::consumers ? 3 : 2) * FB_BR * 4;
     static constexpr int LD_OFF = DS_OFF + DS_BUFS * NC * FB_TILE;
-    static constexpr int BAR_OFF = LD_OFF + 2 * 4 * NC * LD_BYTES; // kv_full[2], kv_empty[2], full[], empty[],
+    static constexpr int BAR_OFF = LD_OFF + STAGES * LD_TILE;      // kv_full[2], kv_empty[2], full[], empty[],
     static constexpr int ITEM_OFF = BAR_OFF + 8 * (4 + 2 * STAGES + 2 * DQ_WG * DS_BUFS);  // ds_full[], ds_empty[]
-    static constexpr int SMEM = ITEM_OFF + 2 * 8 + 1024;           // (item, next item) per K/V slot; + alignment
+    static constexpr int SMEM = ITEM_OFF + 2 * 4 + 1024;           // the item of each K/V slot; + alignment
     // Registers per thread of each role (setmaxnreg; a warpgroup's 128 threads x these fill the 64 K of an SM).
     static constexpr int PRODUCER_REGS = 24, DQ_REGS = DQ_WG ? 72 : 0, CONSUMER_REGS = DQ_WG ? 208 : 240;
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
@@ -76,9 +78,8 @@ struct FbhWs {
 // whose Q and dO fit in L2; inside a section every head's first key tile first). Block b's first item is b;
 // each later one is gridDim.x + a fetch of this counter (the forward's scheduler, wgmma_forward_pipeline.cuh,
 // says why exactly one fetch per item taken, plus one, leaves it at 0 for the next launch). The producer
-// fetches an item's successor when it starts the item, and hands both to the consumers with the item's K_j,
-// V_j (the K/V slot's "full" barrier publishes them), so that they can copy the next item's first lse, D
-// while they finish this one.
+// fetches an item's successor when it starts the item, and hands the item to the consumers with its K_j, V_j
+// (the K/V slot's "full" barrier publishes it).
 static __device__ int g_dkdv_ws_counter = 0;
 
 template <int HS, DqBy DQ>
@@ -101,7 +102,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     const auto empty = [&](int s) { return base + W::BAR_OFF + 32 + 8 * (W::STAGES + s); };
     const auto ds_full = [&](int d) { return base + W::BAR_OFF + 32 + 8 * (2 * W::STAGES + d); };  // (DqBy::warpgroup)
     const auto ds_empty = [&](int d) { return base + W::BAR_OFF + 32 + 8 * (2 * W::STAGES + W::DS_BUFS + d); };
-    volatile int* items = reinterpret_cast<volatile int*>(fbh_smem + (base - raw) + W::ITEM_OFF);  // 2 per K/V slot
+    volatile int* items = reinterpret_cast<volatile int*>(fbh_smem + (base - raw) + W::ITEM_OFF);  // 1 per K/V slot
     const int n_kt = ceil_div(T, W::BC), n_qt = ceil_div(T, FB_BR), total = n_kt * BH;
     const auto decode = [&](int it, int& bh, int& j0) {  // item it -> its head and first key
         const HeadTile ht = heaviest_first(it, n_kt, BH, section_heads);  // rank 0: the first key tile
@@ -114,8 +115,8 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
             hp::mbar_init(kv_empty(k), 4 * W::NC + 4 * W::DQ_WG);  // one arrival per consumer (and dQ) warp
         }
         for (int s = 0; s < W::STAGES; s++) {
-            hp::mbar_init(full(s), 1);              // the producer's arrive.expect_tx, plus Q_i's and dO_i's bytes
-            hp::mbar_init(empty(s), 4 * W::NC);
+            hp::mbar_init(full(s), 1 + 32);         // lane 0's arrive.expect_tx (+ Q_i's, dO_i's bytes), every lane's rows
+            hp::mbar_init(empty(s), 128 * W::NC);   // every consumer thread: see the release below
         }
         for (int d = 0; d < W::DS_BUFS * W::DQ_WG; d++) {
             hp::mbar_init(ds_full(d), 4 * W::NC);   // every consumer warp has stored its rows of dS^T
@@ -125,42 +126,62 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     }
     __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
 
-    if (threadIdx.x < 128) {  // ---- producer: one thread; the others give their registers back and exit
+    if (threadIdx.x < 128) {  // ---- producer: one warp; the others give their registers back and exit
         hp::setmaxnreg_dec<W::PRODUCER_REGS>();
-        if (threadIdx.x != 0) return;
-        hp::prefetch_tma_map(&tm_q);
-        hp::prefetch_tma_map(&tm_do);
+        if (threadIdx.x >= 32) return;
+        const int lane = threadIdx.x;
+        if (lane == 0) {
+            hp::prefetch_tma_map(&tm_q);
+            hp::prefetch_tma_map(&tm_do);
+        }
         int n = 0, it = blockIdx.x;  // n: Q/dO tiles issued so far (slot n % STAGES); it: this item
         for (int m = 0;; m++) {
             const int k = m & 1;
             hp::mbar_wait(kv_empty(k), ((m >> 1) & 1) ^ 1);  // the consumers are done with item m-2 (and its slot)
             if (it >= total) {  // no more work: say so through slot k (the arrival publishes it)
-                items[2 * k] = -1;
-                hp::mbar_arrive(kv_full(k));
+                if (lane == 0) {
+                    items[k] = -1;
+                    hp::mbar_arrive(kv_full(k));
+                }
                 return;
             }
-            const int fetched = atomicAdd(&g_dkdv_ws_counter, 1);
-            if (fetched == total - 1) atomicExch(&g_dkdv_ws_counter, 0);  // the launch's last fetch: reset
-            const int next = fetched + (int)gridDim.x;                     // (>= total: none)
-            items[2 * k] = it, items[2 * k + 1] = next;
             int bh, j0;
             decode(it, bh, j0);
             const int b = bh / NH, h = bh % NH;
-            hp::mbar_arrive_expect_tx(kv_full(k), 2 * W::KV_BYTES);
-            for (int r = 0; r < W::BC; r += W::KV_BOX_ROWS)  // box by box: (64-key tile r / 64, panel p)
-                for (int p = 0; p < HS / 64; p++) {
-                    const uint32_t at = k * W::KV_BYTES + r / 64 * W::TILE + p * FB_TILE;
-                    hp::tma_load_4d(sK + at, &tm_k, kv_full(k), 64 * p, j0 + r, h, b);
-                    hp::tma_load_4d(sV + at, &tm_v, kv_full(k), 64 * p, j0 + r, h, b);
-                }
-            for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {  // Bc is a multiple of Br: queries from j0 on
+            const float* src = LD + ((size_t)bh * n_qt + j0 / FB_BR) * W::LD_ROWS * FB_BR + 4 * lane;  // tile j0's rows
+            int next = 0;
+            if (lane == 0) {
+                const int fetched = atomicAdd(&g_dkdv_ws_counter, 1);
+                if (fetched == total - 1) atomicExch(&g_dkdv_ws_counter, 0);  // the launch's last fetch: reset
+                next = fetched + (int)gridDim.x;                               // (>= total: none)
+                items[k] = it;
+                hp::mbar_arrive_expect_tx(kv_full(k), 2 * W::KV_BYTES);
+                for (int r = 0; r < W::BC; r += W::KV_BOX_ROWS)  // box by box: (64-key tile r / 64, panel p)
+                    for (int p = 0; p < HS / 64; p++) {
+                        const uint32_t at = k * W::KV_BYTES + r / 64 * W::TILE + p * FB_TILE;
+                        hp::tma_load_4d(sK + at, &tm_k, kv_full(k), 64 * p, j0 + r, h, b);
+                        hp::tma_load_4d(sV + at, &tm_v, kv_full(k), 64 * p, j0 + r, h, b);
+                    }
+            }
+            next = __shfl_sync(0xffffffffu, next, 0);
+            for (int i0 = j0; i0 < T; i0 += FB_BR, n++, src += W::LD_ROWS * FB_BR) {  // queries from j0 on
                 const int s = n % W::STAGES;
-                hp::mbar_wait(empty(s), ((n / W::STAGES) & 1) ^ 1);  // every consumer warp is done with slot s
-                hp::mbar_arrive_expect_tx(full(s), 2 * W::TILE);       // (rows past T arrive as zeros)
-                for (int p = 0; p < HS / 64; p++) {
-                    hp::tma_load_4d(sQ + s * W::TILE + p * FB_TILE, &tm_q, full(s), 64 * p, i0, h, b);
-                    hp::tma_load_4d(sdO + s * W::TILE + p * FB_TILE, &tm_do, full(s), 64 * p, i0, h, b);
+                // this lane's 16 (or 32) bytes of the tile's rows (zeros past T, as written), loaded while slot s frees
+                const float4 r0 = __ldg(reinterpret_cast<const float4*>(src));
+                const float4 r1 = W::LD_TILE > 512 && lane < (W::LD_TILE - 512) / 16
+                                      ? __ldg(reinterpret_cast<const float4*>(src + 128)) : float4{};
+                hp::mbar_wait(empty(s), ((n / W::STAGES) & 1) ^ 1);  // every consumer thread is done with slot s
+                if (lane == 0) {
+                    hp::mbar_arrive_expect_tx(full(s), 2 * W::TILE);  // (rows past T arrive as zeros)
+                    for (int p = 0; p < HS / 64; p++) {
+                        hp::tma_load_4d(sQ + s * W::TILE + p * FB_TILE, &tm_q, full(s), 64 * p, i0, h, b);
+                        hp::tma_load_4d(sdO + s * W::TILE + p * FB_TILE, &tm_do, full(s), 64 * p, i0, h, b);
+                    }
                 }
+                float4* dst = reinterpret_cast<float4*>(fbh_smem + (base - raw) + W::LD_OFF + s * W::LD_TILE) + lane;
+                dst[0] = r0;
+                if (W::LD_TILE > 512 && lane < (W::LD_TILE - 512) / 16) dst[32] = r1;
+                hp::mbar_arrive(full(s));  // release: the rows stored above are seen by every warp that waits on full(s)
             }
             it = next;
         }
@@ -174,7 +195,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
             for (int m = 0;; m++) {
                 const int k = m & 1;
                 hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j of this item has landed, and its number
-                const int it = items[2 * k];
+                const int it = items[k];
                 if (it < 0) break;
                 int bh, j0;
                 decode(it, bh, j0);
@@ -206,35 +227,17 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
     // ---- consumers
     hp::setmaxnreg_inc<W::CONSUMER_REGS>();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 - 4, g = lane / 4, t = lane % 4;
-    // This warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc. Read from lane 0, wg is warp-uniform in the
-    // compiler's eyes (a value derived from threadIdx is not), so the wgmma descriptors of K_j, V_j built from it
-    // may stay in uniform registers instead of being computed per thread and moved there before every wgmma.
-    const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
+    const int wg = hp::uniform(warp / 4);  // this warpgroup's keys: 64 wg .. 64 wg + 63 of the item's Bc
     const float sl2 = LOG2E / sqrtf((float)HS);
-    // lse·log2(e) and D of a query tile: each warp copies them (512 bytes, cp.async) into its own buffer,
-    // one tile ahead, so a __syncwarp is all the synchronization they need.
-    const int ld_w = W::LD_OFF + warp * 2 * W::LD_BYTES;  // this warp's 2 buffers of LD_BYTES
-    const auto ld_copy = [&](const float* src, int bh_, int buf) {  // a tile's rows at src (of head bh_) -> buffer buf
-        const uint32_t dst = base + ld_w + buf * W::LD_BYTES;
-        mma::cp_async_16(dst + 16 * lane, src + 4 * lane, 16);
-        if constexpr (DQ == DqBy::consumers) {  // the third row, then the head's two maxima
-            if (lane < 16) mma::cp_async_16(dst + 512 + 16 * lane, src + 128 + 4 * lane, 16);
-            else if (lane < 18) mma::cp_async_4(dst + 768 + 4 * (lane - 16), dqw.kv_max + 2 * bh_ + lane - 16, 4);
-        }
-        mma::cp_async_commit();
-    };
-    const auto ld_prefetch = [&](int bh_, int i0_, int buf) {  // the rows of the tile at i0_ of head bh_
-        ld_copy(LD + ((size_t)bh_ * n_qt + i0_ / FB_BR) * W::LD_ROWS * FB_BR, bh_, buf);
-    };
-    int n = 0, q = 0;  // n: ring slot counter (as the producer's); q: tiles seen, LD buffer q % 2
+    const auto nothing = [] {};  // no copies to issue while S^T and dP^T run: the producer makes them all
+    int n = 0;                   // ring slot counter (as the producer's)
     for (int m = 0;; m++) {
         const int k = m & 1;
         hp::mbar_wait(kv_full(k), (m >> 1) & 1);  // K_j, V_j of this item have landed, and its number
-        const int it = items[2 * k], next_it = items[2 * k + 1];  // this item (-1: no more work), the next
+        const int it = items[k];                  // (-1: no more work)
         if (it < 0) break;
         int bh, j0;
         decode(it, bh, j0);
-        if (m == 0) ld_prefetch(bh, j0, 0);  // later items' first lse, D: copied during the item before
         const int wg_k0 = j0 + 64 * wg, wk0 = wg_k0 + 16 * (warp % 4), key_g = wk0 + g;
         const uint32_t Kw = sK + k * W::KV_BYTES + wg * W::TILE, Vw = sV + k * W::KV_BYTES + wg * W::TILE;
         float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
@@ -247,23 +250,12 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                 mma::ldmatrix_x4(va[kk], Vw + off.a[kk]);
             }
         }
-        const float* ld_src = LD + ((size_t)bh * n_qt + j0 / FB_BR) * W::LD_ROWS * FB_BR;  // tile i0's rows
-        for (int i0 = j0; i0 < T; i0 += FB_BR, n++, q++, ld_src += W::LD_ROWS * FB_BR) {
-            const auto ld_next = [&] {  // this tile's lse, D in place; the next tile's copy under way
-                mma::cp_async_wait<0>();
-                __syncwarp();  // tile q's copy is visible to the warp's lanes, which are all done with the
-                               // other buffer (tile q-1)
-                if (i0 + FB_BR < T) {  // the next tile: of this item, right after this one's rows
-                    ld_copy(ld_src + W::LD_ROWS * FB_BR, bh, (q + 1) & 1);
-                } else if (next_it < total) {  // or the next item's first
-                    int nbh, ni0;
-                    decode(next_it, nbh, ni0);
-                    ld_prefetch(nbh, ni0, (q + 1) & 1);
-                }
-            };
+        unsigned kv[2] = {};  // DqBy::consumers: the head's max |K|, max |V|_2, for its rows' dQ scales
+        if constexpr (DQ == DqBy::consumers) kv[0] = dqw.kv_max[2 * bh], kv[1] = dqw.kv_max[2 * bh + 1];
+        for (int i0 = j0; i0 < T; i0 += FB_BR, n++) {
             const int s = n % W::STAGES;
-            hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile are in slot s
-            const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + ld_w + (q & 1) * W::LD_BYTES);
+            hp::mbar_wait(full(s), (n / W::STAGES) & 1);  // Q_i, dO_i of this tile and their rows are in slot s
+            const float* L = reinterpret_cast<const float*>(fbh_smem + (base - raw) + W::LD_OFF + s * W::LD_TILE);
             if constexpr (DQ == DqBy::warpgroup) {  // store dS^T for the dQ warpgroup (both consumers, every step)
                 const int d = n % W::DS_BUFS;
                 const uint32_t ds = base + W::DS_OFF + d * W::NC * FB_TILE + wg * FB_TILE;
@@ -275,18 +267,17 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                     wgmma_attention::release(ds_full(d), lane);
                 };
                 if (i0 + FB_BR <= wg_k0) {  // every query of the tile is before every key of this warpgroup:
-                    ld_next();              // dS^T = 0, and no product to run
-                    const uint32_t zero[4][4] = {};
+                    const uint32_t zero[4][4] = {};  // dS^T = 0, and no product to run
                     hand_over(zero);
                 } else {
                     hb::dkdv_step(dk, dv, ka, va, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2,
-                                  ld_next, hand_over);  // dS^T handed over while dK runs
+                                  nothing, hand_over);  // dS^T handed over while dK runs
                 }
             } else if constexpr (DQ == DqBy::consumers) {  // both consumers take every step: each makes half of dQ_i's columns
                 const size_t tile = (size_t)bh * n_qt + i0 / FB_BR;
                 const uint32_t ds = base + W::DS_OFF + n % W::DS_BUFS * W::NC * FB_TILE;  // both consumers' dS^T
                 float dq[HS / 16][4];
-                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, ld_next,
+                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, nothing,
                               [&](const uint32_t (&dsa)[4][4]) {  // while dK runs: dQ_i's share dS K_j
                                   if constexpr (W::DS_BUFS == 1)
                                       hp::bar_sync(1, 256);  // both consumers' last dQ products are done: ds is free
@@ -301,16 +292,17 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                               });
                 hp::fence_regs(dq);
                 const float* dn = L + 2 * FB_BR + 16 * (warp % 4) + g;  // |dO_i|_2 of rows 16 w + g, + 8 of the tile
-                const unsigned* kv = reinterpret_cast<const unsigned*>(L + W::LD_ROWS * FB_BR);
                 const float s0 = fixed_dq::row_scale(fixed_dq::row_exponent(dn[0], kv));
                 const float s1 = fixed_dq::row_scale(fixed_dq::row_exponent(dn[8], kv));
                 fixed_dq::add_share(dqw.acc + tile * FB_BR * HS + wg * FB_BR * HS / 2 + threadIdx.x % 128, dq, s0, s1);
-            } else if (i0 + FB_BR <= wg_k0) {
-                ld_next();  // every query of the tile is before every key of this warpgroup: nothing to add
-            } else {
-                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, ld_next);
+            } else if (i0 + FB_BR > wg_k0) {  // (else every query of the tile is before every key of this
+                                              // warpgroup: nothing to add)
+                hb::dkdv_step(dk, dv, Kw, Vw, sQ + s * W::TILE, sdO + s * W::TILE, L, i0, wk0, key_g, t, sl2, nothing);
             }
-            wgmma_attention::release(empty(s), lane);  // slot s read for the last time: it may be refilled
+            // Slot s read for the last time: it may be refilled. Every thread arrives, after its own reads of the
+            // slot's rows (one arrival per warp after a __syncwarp is as ordered, but racecheck follows only a
+            // thread's own arrival).
+            hp::mbar_arrive(empty(s));
         }
         wgmma_attention::release(kv_empty(k), lane);  // K_j, V_j too: the item after next may load there
         fb_store_dkdv(dqkv, dk, dv, key_g, T, bh / NH, bh % NH, NH, t, 1.0f / sqrtf((float)HS));

@@ -5,7 +5,7 @@
 // llmc/attention/wgmma_backward_ws.cuh: this rung is a thin adapter that runs it at both head sizes.
 //
 // The idea: rung 5's dK/dV blocks (one warpgroup, 3 per SM) load with cp.async and meet at a block barrier
-// every step. Here a producer thread issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
+// every step. Here a producer warp issues TMA copies of Q_i, dO_i into a 4-slot ring guarded by full/empty
 // mbarriers, two consumer warpgroups (128 keys) never meet at a barrier, setmaxnreg gives them 240 registers,
 // and the grid is persistent (one block per SM, items heaviest first in L2-sized sections, each block's next
 // one from a counter as in the forward's scheduler; the next item's K_j, V_j land while the last one's dK, dV
@@ -20,9 +20,9 @@
 // (half the copies and L2 reads per key) and never meet at a block barrier; it measured faster there, which
 // is why the engine takes it at that head size. A (64, 128) tile is two 64-column
 // TMA boxes, one per swizzle panel; the ring has 2 slots so that a block fits in 227 KB.
-// One variant taught something about tools: a TMA bulk copy of lse and D read with ordinary loads is reported
-// by compute-sanitizer's racecheck as a race (generic reads of async-proxy writes), so each consumer warp copies
-// them itself with cp.async. Same products in the same order as rung 5: the same bits.
+// The producer is one warp: lane 0 issues the TMA copies, and all 32 lanes store the tile's lse and D into the
+// slot (its page says why a consumer warp syncs its lanes before releasing a slot). Same products in the same
+// order as rung 5: the same bits.
 // Measured: the "Measured" block of doc/attention/backward/6_warp_specialized.md, written by `make bench-attention`.
 // Command: ./dev/attention/runner bwd 6
 #pragma once
