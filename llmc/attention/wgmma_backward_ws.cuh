@@ -3,8 +3,8 @@
 // (dev rung 6, doc/attention/backward/6_warp_specialized.md, has the story and the figures; at head size 64
 // it is slower, and the engine keeps the one-warpgroup kernel there). One producer warp fills a ring of
 // Q_i, dO_i tiles and their rows' lse, D; two consumer warpgroups (128 keys) run wgmma_backward::dkdv_step on
-// them and never meet at a block barrier; a persistent grid takes its items, heaviest first in L2-sized sections of heads, from a
-// counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
+// them and never meet at a block barrier; a persistent grid takes its items, heaviest first in L2-sized
+// sections of heads, from a counter. Same products in the same order as wgmma_backward.cuh's kernel: the same bits.
 // Fused (DqBy::consumers, dev rung 10; DqBy::warpgroup, dev rung 11) the kernel makes dQ too: each step's dS also
 // gives dQ_i's share dS K_j, summed in fixed point (wgmma_backward_fixed_dq.cuh says how and why): 5 tile products
 // per pair instead of 7.
