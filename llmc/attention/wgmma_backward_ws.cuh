@@ -167,9 +167,9 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
             for (int i0 = j0; i0 < T; i0 += FB_BR, n++, src += W::LD_ROWS * FB_BR) {  // queries from j0 on
                 const int s = n % W::STAGES;
                 // this lane's 16 (or 32) bytes of the tile's rows (zeros past T, as written), loaded while slot s frees
+                const bool second = W::LD_TILE > 512 && lane < (W::LD_TILE - 512) / 16;  // past 512 bytes (DqBy::consumers)
                 const float4 r0 = __ldg(reinterpret_cast<const float4*>(src));
-                const float4 r1 = W::LD_TILE > 512 && lane < (W::LD_TILE - 512) / 16
-                                      ? __ldg(reinterpret_cast<const float4*>(src + 128)) : float4{};
+                const float4 r1 = second ? __ldg(reinterpret_cast<const float4*>(src + 128)) : float4{};
                 hp::mbar_wait(empty(s), ((n / W::STAGES) & 1) ^ 1);  // every consumer thread is done with slot s
                 if (lane == 0) {
                     hp::mbar_arrive_expect_tx(full(s), 2 * W::TILE);  // (rows past T arrive as zeros)
@@ -180,7 +180,7 @@ static __global__ void __launch_bounds__(FbhWs<HS, DQ>::THREADS, 1)
                 }
                 float4* dst = reinterpret_cast<float4*>(fbh_smem + (base - raw) + W::LD_OFF + s * W::LD_TILE) + lane;
                 dst[0] = r0;
-                if (W::LD_TILE > 512 && lane < (W::LD_TILE - 512) / 16) dst[32] = r1;
+                if (second) dst[32] = r1;  // 512 bytes on
                 hp::mbar_arrive(full(s));  // release: the rows stored above are seen by every warp that waits on full(s)
             }
             it = next;
