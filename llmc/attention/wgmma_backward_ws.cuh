@@ -65,7 +65,7 @@ struct FbhWs {
     // Registers per thread of each role (setmaxnreg; a warpgroup's 128 threads x these fill the 64 K of an SM).
     static constexpr int PRODUCER_REGS = 24, DQ_REGS = DQ_WG ? 72 : 0, CONSUMER_REGS = DQ_WG ? 208 : 240;
     static_assert(HS == 64 || HS == 128, "one or two 128-byte panels per row");
-    static_assert(!DQ_WG || HS == 64, "a dQ warpgroup at head size 64 only: (64, 128) fp32 of dQ would not fit");
+    static_assert(!DQ_WG || HS == 64, "a dQ warpgroup at head size 64 only: at 128 the four roles' registers exceed the SM's");
     static_assert(SMEM <= 227 * 1024, "shared memory of one block");
     static_assert(128 * (PRODUCER_REGS + DQ_REGS + NC * CONSUMER_REGS) <= hopper::launch_regs(THREADS) * THREADS,
                   "the block's registers at launch (setmaxnreg only moves them)");

@@ -13,8 +13,8 @@
 // What changed from rung 10: the dQ warpgroup (72 registers a thread; the consumers' 240 become 208, setmaxnreg),
 // an mbarrier pair per dS buffer instead of the named barrier, the row scales loaded by the dQ warpgroup from
 // global memory while it waits (it is off the consumers' path), and the second consumer's first, all-masked tile
-// skipped again (it hands over a zero dS^T instead of running the step). Head size 64 only: at 128 the
-// consumers need their 240 registers and a (64, 128) fp32 share would not fit a fourth warpgroup.
+// skipped again (it hands over a zero dS^T instead of running the step). Head size 64 only: at 128 the four
+// roles' registers do not fit the SM's (the page counts them: the consumers alone need 224 a thread there).
 // What is still slow: it passes cuDNN at (1,12,32768,64) and (4,12,4096,64) and trails it at (1,12,16384,64); at
 // T = 1024 the pre-pass and last pass (O(T) bytes) make it slower than rung 9 (its page has the figures).
 // Measured: the "Measured" block of doc/attention/backward/11_dq_warpgroup.md, written by `make bench-attention`.
