@@ -383,6 +383,7 @@ inline int bench(report::Report<BwdRung>& rep, const Table& table, uint64_t seed
                 rep.cells.back().push_back(c);
             }
         } catch (const Error& e) {  // the shape's inputs or forwards do not fit: every rung skipped, saying why
+            printf("== %s: not run: %s\n", s.str().c_str(), e.what());
             if (rep.coverage.size() < rep.shapes.size()) rep.coverage.push_back("not run");
             for (size_t k = rep.cells.back().size(); k < rep.rungs.size(); k++)
                 rep.cells.back().push_back({std::string("skip: ") + e.what(), {}});
