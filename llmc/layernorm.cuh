@@ -11,8 +11,10 @@
 //        column sums of dinp (a bias gradient, when asked for) per block; a small second kernel sums the
 //        per-block partials in a fixed order (deterministic, no atomics).
 //
-// Shared-memory layout of a warp's row cache: element e of the lane's it-th 16-byte chunk lives at
-// slot (it*X128 + e)*32 + lane, so the 32 lanes always touch 32 different banks.
+// Shared-memory layout of a warp's row cache (and of the backward's accumulators): the X128 floats of the lane's
+// it-th 16-byte chunk are X128/4 float4s, the q-th at float4 index (it*X128/4 + q)*32 + lane. A warp's 32 lanes
+// move 32 consecutive float4s with one instruction each (512 bytes: the minimum 4 wavefronts, no conflicts), a
+// quarter of the instructions of 4-byte slots.
 #pragma once
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
@@ -137,7 +139,13 @@ constexpr int LN_BWD_MAX_BLOCKS = 384;   // backward grid: rows are strided over
 
 // Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
-__device__ __forceinline__ int ln_slot(int it, int e, int lane) { return (it * X128 + e) * 32 + lane; }
+static_assert(X128 % 4 == 0, "a 16-byte chunk of floatX is a whole number of float4s");
+__device__ __forceinline__ int ln_quad(int it, int q, int lane) { return (it * (X128 / 4) + q) * 32 + lane; }
+__device__ __forceinline__ int ln_slot(int it, int e, int lane) { return ln_quad(it, e / 4, lane) * 4 + e % 4; }
+// The float4 that holds elements 4q..4q+3 of the lane's it-th chunk, in a row cache or accumulator at `a`.
+__device__ __forceinline__ float4& ln_quad_ref(float* a, int it, int q, int lane) {
+    return reinterpret_cast<float4*>(a)[ln_quad(it, q, lane)];
+}
 
 constexpr size_t LN_MAX_SMEM = 227 * 1024;  // shared memory one block may take (sm_80 on)
 
@@ -171,19 +179,20 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
             for (int e = 0; e < X128; e++) a[e] = from_float<floatX>(to_float(a[e]) + to_float(bb[e]));
             store128(residual_out + row + c, a);  // the residual stream, rounded as stored
         }
-        for (int e = 0; e < X128; e++) {
-            float v = to_float(a[e]);
-            x[ln_slot(it, e, lane)] = v;
-            sum += v;
+        for (int q = 0; q < X128 / 4; q++) {
+            const float4 v = make_float4(to_float(a[4 * q]), to_float(a[4 * q + 1]), to_float(a[4 * q + 2]), to_float(a[4 * q + 3]));
+            ln_quad_ref(x, it, q, lane) = v;
+            sum += v.x, sum += v.y, sum += v.z, sum += v.w;  // the elements' order, one at a time
         }
     }
     const float m = warp_sum(sum) / C;
     float var = 0.0f;  // two-pass variance, from shared memory: exact and free of cancellation
     for (int it = 0; it < sweeps; it++) {
         if ((it * 32 + lane) * X128 >= C) break;
-        for (int e = 0; e < X128; e++) {
-            float d = x[ln_slot(it, e, lane)] - m;
-            var += d * d;
+        for (int q = 0; q < X128 / 4; q++) {
+            const float4 v = ln_quad_ref(x, it, q, lane);
+            const float d[4] = {v.x - m, v.y - m, v.z - m, v.w - m};
+            for (int k = 0; k < 4; k++) var += d[k] * d[k];
         }
     }
     const float s = rsqrtf(warp_sum(var) / C + LN_EPS);
@@ -191,8 +200,14 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
         int c = (it * 32 + lane) * X128;
         if (c >= C) break;
         Packed128<floatX> wv = load128(w + c), bv = load128(b + c), o;
-        for (int e = 0; e < X128; e++)
-            o[e] = from_float<floatX>((x[ln_slot(it, e, lane)] - m) * s * to_float(wv[e]) + to_float(bv[e]));
+        for (int q = 0; q < X128 / 4; q++) {
+            const float4 v = ln_quad_ref(x, it, q, lane);
+            const float f[4] = {v.x, v.y, v.z, v.w};
+            for (int k = 0; k < 4; k++) {
+                const int e = 4 * q + k;
+                o[e] = from_float<floatX>((f[k] - m) * s * to_float(wv[e]) + to_float(bv[e]));
+            }
+        }
         store128(out + row + c, o);
     }
     if (lane == 0) { mean[n] = m; rstd[n] = s; }
@@ -251,22 +266,34 @@ inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
 __device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Packed128<floatX>& xv,
                                             const Packed128<floatX>& wv, float m, float s, float* acc_dw,
                                             float* acc_db, int it, int lane, float& s1, float& s2) {
-    for (int e = 0; e < X128; e++) {
-        const int k = ln_slot(it, e, lane);
-        const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
-        acc_dw[k] += gf * norm;
-        acc_db[k] += gf;
-        s1 += dnorm;
-        s2 += dnorm * norm;
+    for (int q = 0; q < X128 / 4; q++) {
+        float4 aw = ln_quad_ref(acc_dw, it, q, lane), ab = ln_quad_ref(acc_db, it, q, lane);
+        float* dw4 = &aw.x;
+        float* db4 = &ab.x;
+        for (int k = 0; k < 4; k++) {
+            const int e = 4 * q + k;
+            const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
+            dw4[k] += gf * norm;
+            db4[k] += gf;
+            s1 += dnorm;
+            s2 += dnorm * norm;
+        }
+        ln_quad_ref(acc_dw, it, q, lane) = aw, ln_quad_ref(acc_db, it, q, lane) = ab;
     }
 }
 __device__ __forceinline__ void ln_bwd_dinp(Packed128<floatX>& d, const Packed128<floatX>& g,
                                             const Packed128<floatX>& xv, const Packed128<floatX>& wv, float m,
                                             float s, float m1, float m2, float* acc_ds, int it, int lane) {
-    for (int e = 0; e < X128; e++) {
-        const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
-        d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
-        acc_ds[ln_slot(it, e, lane)] += to_float(d[e]);  // the column sum of dinp as stored
+    for (int q = 0; q < X128 / 4; q++) {
+        float4 as = ln_quad_ref(acc_ds, it, q, lane);
+        float* ds4 = &as.x;
+        for (int k = 0; k < 4; k++) {
+            const int e = 4 * q + k;
+            const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
+            d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
+            ds4[k] += to_float(d[e]);  // the column sum of dinp as stored
+        }
+        ln_quad_ref(acc_ds, it, q, lane) = as;
     }
 }
 
