@@ -249,7 +249,18 @@ build/matmul_gelu_bench: dev/matmul/gelu_bench.cu $(wildcard dev/*.cuh) $(LLMC_C
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(TEST_GPU_FLAGS) $(PREC_FLAGS_bf16) $< -o $@ $(CUDA_LIBS)
 
-CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall build/matmul_gelu_bench
+# The kernel trace: a CUDA injection library that writes when each kernel, memcpy and memset of any program ran
+# (CUPTI's activity records), for scripts/step_gaps.py (make profile-step). CUPTI: the toolkit's own, else its
+# extras/CUPTI folder.
+CUPTI_HOME := $(firstword $(foreach d,$(NVCC_HOME) $(NVCC_HOME)/extras/CUPTI,$(if $(wildcard $(d)/include/cupti.h),$(d))))
+CUPTI_LIB  := $(firstword $(foreach d,lib64 lib,$(if $(wildcard $(CUPTI_HOME)/$(d)/libcupti.so),$(CUPTI_HOME)/$(d))))
+build/libkernel_trace.so: dev/kernel_trace.cpp
+	@mkdir -p $(@D)
+	@[[ -n "$(CUPTI_LIB)" ]] || { echo "no CUPTI (cupti.h and libcupti.so) under $(NVCC_HOME) or its extras/CUPTI"; exit 1; }
+	$(CXX) -O2 -std=c++17 -Wall -Wextra -shared -fPIC -isystem $(CUPTI_HOME)/include -isystem $(NVCC_HOME)/include $< -o $@ \
+	  -L$(CUPTI_LIB) -lcupti -Wl,-rpath,$(CUPTI_LIB)
+
+CUDA_BINS := build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 build/test_gpu_bf16 build/test_gpu_fp32 build/attention_runner build/hopper_ptx_selftest build/memory_wall build/matmul_gelu_bench build/libkernel_trace.so
 
 # cuda: build every CUDA program in both precisions (CI runs this: a compile error fails it even without a GPU)
 cuda: $(CUDA_BINS)
@@ -348,8 +359,8 @@ r1-spread: build/train_gpt2cu_bf16 build/train_gpt2cu_fp32 data
 nf-layers: build/train_gpt2cu_bf16 data
 	OUT=log/nf-layers bash scripts/bench/42_nf_layers.sh
 
-# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step; writes doc/results/step_profile.md (~35 s on an H200)
-profile-step: build/train_gpt2cu_bf16 data
+# profile-step: one B=16 training step under Nsight Compute (ncu), kernel by kernel and its SM clock, against the wall-clock step, then the same step's timeline (build/libkernel_trace.so: how long the GPU idles between kernels, and after which); writes doc/results/step_profile.md (~50 s on an H200)
+profile-step: build/train_gpt2cu_bf16 build/libkernel_trace.so data
 	OUT=log/profile-step bash scripts/bench/45_profile_step.sh
 
 # long-context: d12 at 32,768 tokens per step for T = 1K..32K: the flash set, the naive-attention set (refused before allocation where it cannot fit) and PyTorch in the same run; writes doc/results/long_context.md and the README table (~6 min on an H200 with PyTorch)

@@ -5,8 +5,10 @@
 # sm__cycles_elapsed.avg.per_second), the card's clocks and caches left as they are. scripts/step_profile.py
 # keeps the last step and writes doc/results/step_profile.md (per layer and per kernel, and the two clocks: ncu runs
 # one kernel at a time, with idle time between them, and the clocks say whether its kernels ran faster than the
-# same kernels back to back). Needs ncu (Nsight Compute) on the PATH. Wall time about 35 s on the H200
-# (2026-11-29).
+# same kernels back to back). Then 12 steps traced by build/libkernel_trace.so (CUPTI's kernel timestamps, no
+# serialization): scripts/step_gaps.py says how long the GPU idled between one step's kernels and after which
+# handovers, the part of the step that ncu's per-kernel times leave out. Needs ncu (Nsight Compute) on the PATH.
+# Wall time about 50 s on the H200.
 set -uo pipefail
 OUT=${OUT:-log/bench}; mkdir -p "$OUT"
 bin=./build/train_gpt2cu_bf16
@@ -29,5 +31,12 @@ timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_du
   { tail -n 3 "$OUT/step_profile.err"; exit 1; }
 header="GPT-2 124M, B=16 T=1024, BF16 build, flash kernels: the last of 3 profiled steps. Card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) · $(date -u '+%Y-%m-%dT%H:%MZ') · \`bash scripts/bench/45_profile_step.sh\` (\`ncu --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second\`, clocks and caches as they are)."
 python3 scripts/step_profile.py "$OUT/step_profile.csv" "$wall" "$header" $clocks > "$OUT/step_profile.md" || exit 1
+[[ -f build/libkernel_trace.so ]] || { echo "missing build/libkernel_trace.so (make build/libkernel_trace.so)"; exit 1; }
+CUDA_INJECTION64_PATH=$PWD/build/libkernel_trace.so KERNEL_TRACE_OUT=$OUT/trace.csv timeout 120 \
+  $bin "${common[@]}" -x 12 -o "$OUT/profile_trace" > "$OUT/profile_trace.txt" 2>&1 || { tail -n 3 "$OUT/profile_trace.txt"; exit 1; }
+traced=$(awk '/^summary:/ { for (i = 1; i < NF; i++) if ($(i+1) == "ms/step") print $i }' "$OUT/profile_trace.txt")
+{ echo; echo "## Between the kernels"; echo
+  python3 scripts/step_gaps.py "$OUT/trace.csv" "The same trainer, 12 steps, every kernel's start and end on the GPU's clock (CUPTI, through \`build/libkernel_trace.so\`; kernels not serialized): ${traced} ms per step traced against ${wall} untraced. The second-to-last step:"
+} >> "$OUT/step_profile.md" || exit 1
 cat "$OUT/step_profile.md"
 cp "$OUT/step_profile.md" doc/results/step_profile.md

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""What the GPU does between a training step's kernels: reads the timeline that build/libkernel_trace.so wrote
+(dev/kernel_trace.cpp: every kernel, memcpy and memset with its GPU start and end, and for kernels when the host
+queued the launch and when it was submitted), keeps one whole step, and prints markdown: how much of the step no
+kernel ran, by handover (which kind of kernel ended, which began), how much of that idle time the GPU spent waiting
+for the host to submit the next launch, and the largest gaps.
+
+Usage: step_gaps.py TRACE_CSV [HEADER_LINE]
+A step runs from one encoder forward kernel (each step's first) to the next one, so the second-to-last step of the
+trace is taken: its span includes what the host did between steps, as the trainer's wall-clock step time does.
+"""
+import collections
+import csv
+import sys
+
+LIBRARY = ("nvjet", "cublas", "splitKreduce", "xmma", "gemm", "cutlass")  # cuBLAS / cuBLASLt kernels
+
+
+def kind_of(row):
+    if row["kind"] != "kernel":
+        return row["kind"]  # memcpy, memset
+    return "cuBLAS" if any(p in row["name"] for p in LIBRARY) else "ours"
+
+
+def short(name):
+    """A kernel's name as CUPTI gives it (mangled) -> its last component, e.g. _ZN9flashgpt218adamw_flash_kernelEPf...
+    -> adamw_flash_kernel, with <…> where it is a template's instance."""
+    if name.startswith("_ZN"):
+        i, parts = 3, []
+        while i < len(name) and name[i].isdigit():
+            j = i
+            while name[j].isdigit():
+                j += 1
+            n = int(name[i:j])
+            parts.append(name[j:j + n])
+            i = j + n
+        if parts:
+            name = parts[-1] + ("<…>" if name[i:i + 1] == "I" else "")
+    name = name.split("(")[0].replace("void ", "").replace("flashgpt2::", "")
+    return name if len(name) <= 48 else name[:45] + "..."
+
+
+def label(row):
+    return f"`{short(row['name'])}`" if row["kind"] == "kernel" else f"{row['kind']} of {row['name']}"
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: step_gaps.py TRACE_CSV [HEADER_LINE]")
+    # the GPU's timeline only (a trace made with KERNEL_TRACE_API=1 also holds the host's API calls)
+    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] in ("kernel", "memcpy", "memset")]
+    for r in rows:
+        for k in ("start_ns", "end_ns", "queued_ns", "submitted_ns"):
+            r[k] = int(r[k])
+    rows.sort(key=lambda r: (r["start_ns"], r["end_ns"]))
+    starts = [i for i, r in enumerate(rows) if r["kind"] == "kernel" and "encoder_forward" in r["name"]]
+    if len(starts) < 3:
+        sys.exit(f"step_gaps.py: {sys.argv[1]}: fewer than 3 steps (each starts with the encoder forward kernel)")
+    step = rows[starts[-2]:starts[-1]]
+    t0, t1 = step[0]["start_ns"], rows[starts[-1]]["start_ns"]
+    # walk the step in start order; a gap is time after everything so far has ended and before the next begins
+    by_handover = collections.defaultdict(lambda: [0, 0.0])  # (ended, began) -> [count, idle ns]
+    gaps, host_ns, overlap = [], 0.0, 0
+    ended_at, last = step[0]["end_ns"], step[0]
+    for nxt in step[1:] + [rows[starts[-1]]]:
+        gap = nxt["start_ns"] - ended_at
+        if gap > 0:
+            h = (kind_of(last), kind_of(nxt))
+            by_handover[h][0] += 1
+            by_handover[h][1] += gap
+            gaps.append((gap, last, nxt))
+            # the launch reached the GPU only after the stream had drained: that part of the gap waited for the host
+            if nxt["submitted_ns"] > ended_at:
+                host_ns += min(gap, nxt["submitted_ns"] - ended_at)
+        else:
+            overlap += 1  # began before the previous one ended (programmatic dependent launch)
+        if nxt["end_ns"] >= ended_at:
+            ended_at, last = nxt["end_ns"], nxt
+    span = (t1 - t0) / 1e6
+    idle = sum(g for g, _, _ in gaps) / 1e6
+    kernels = [r for r in step if r["kind"] == "kernel"]
+    if len(sys.argv) > 2:
+        print(sys.argv[2] + "\n")
+    print(f"One step, {len(kernels)} kernels and {len(step) - len(kernels)} copies or memsets: {span:.2f} ms from its first "
+          f"kernel's start to the next step's. No kernel or copy ran for {idle:.2f} ms of it ({100 * idle / span:.1f}%), "
+          f"in {len(gaps)} gaps; {host_ns / 1e6:.2f} ms of those waited for the host's launch (submitted after the GPU had "
+          f"drained). {overlap} kernels began before the one before them ended (programmatic dependent launch).\n")
+    print("| handover (ended → began) | gaps | idle ms | µs per gap |")
+    print("|---|--:|--:|--:|")
+    for (a, b), (n, ns) in sorted(by_handover.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {a} → {b} | {n} | {ns / 1e6:.3f} | {ns / 1e3 / n:.1f} |")
+    print("\nThe largest gaps:\n")
+    print("| µs | ended | began |")
+    print("|--:|---|---|")
+    for gap, a, b in sorted(gaps, key=lambda g: -g[0])[:10]:
+        print(f"| {gap / 1e3:.1f} | {label(a)} | {label(b)} |")
+
+
+if __name__ == "__main__":
+    main()
