@@ -114,6 +114,9 @@ TEST_CASE("distributed: two ZeRO-1 optimizer shards step bit-for-bit like the wh
             m->zero_grad();
             m->forward(in.data(), tg.data(), B, T, true, 1.0f / (B * T));
             m->backward();
+            // each model has its own stream, and some kernels keep a per-device counter (the dbias column sums'
+            // arrivals, the persistent kernels' work counters): two models' passes must not run at once
+            cudaCheck(cudaStreamSynchronize(m->stream));
         }
         const float norm = whole.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t);
         float shard_norm2[2];
