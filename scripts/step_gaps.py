@@ -15,6 +15,8 @@ import collections
 import csv
 import sys
 
+import step_profile  # (beside this script) the same short names as the kernel table
+
 LIBRARY = ("nvjet", "cublas", "splitKreduce", "xmma", "gemm", "cutlass")  # cuBLAS / cuBLASLt kernels
 
 
@@ -26,7 +28,8 @@ def kind_of(row):
 
 def short(name):
     """A kernel's name as CUPTI gives it (mangled) -> its last component, e.g. _ZN9flashgpt218adamw_flash_kernelEPf...
-    -> adamw_flash_kernel, with <…> where it is a template's instance."""
+    -> adamw_flash_kernel, with <…> where it is a template's instance; then shortened as step_profile.py does
+    for Nsight Compute's (demangled) names."""
     if name.startswith("_ZN"):
         i, parts = 3, []
         while i < len(name) and name[i].isdigit():
@@ -38,8 +41,7 @@ def short(name):
             i = j + n
         if parts:
             name = parts[-1] + ("<…>" if name[i:i + 1] == "I" else "")
-    name = name.split("(")[0].replace("void ", "").replace("flashgpt2::", "")
-    return name if len(name) <= 48 else name[:45] + "..."
+    return step_profile.short(name)
 
 
 def label(row):
