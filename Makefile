@@ -186,7 +186,9 @@ TEST_GPU_SRC := $(wildcard test/gpu/*.cu)
 # NCCL, for multi-GPU data parallel training (llmc/distributed.h): the CUDA toolkit's, else the pip wheel's
 # (nvidia-nccl-cu13, found through python3), else none: then the trainer is built without it (FLASHGPT2_NO_NCCL)
 # and --num-gpus says so. Override: make NCCL_FLAGS=... NCCL_LIBS=...
-NVCC_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+# The toolkit's folder, as nvcc itself reports it (its --dryrun TOP line): the nvcc on PATH may be a wrapper
+# script elsewhere (CI's /usr/local/bin/nvcc execs /usr/local/cuda-13.0/bin/nvcc).
+NVCC_HOME := $(abspath $(or $(shell $(NVCC) --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#[$$] TOP=//p'),$(patsubst %/bin/nvcc,%/bin/..,$(NVCC))))
 ifneq ($(wildcard $(NVCC_HOME)/include/nccl.h),)
 NCCL_FLAGS ?=
 NCCL_LIBS  ?= -lnccl
