@@ -267,9 +267,8 @@ __device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Pa
                                             const Packed128<floatX>& wv, float m, float s, float* acc_dw,
                                             float* acc_db, int it, int lane, float& s1, float& s2) {
     for (int q = 0; q < X128 / 4; q++) {
-        float4 aw = ln_quad_ref(acc_dw, it, q, lane), ab = ln_quad_ref(acc_db, it, q, lane);
-        float* dw4 = &aw.x;
-        float* db4 = &ab.x;
+        const float4 aw = ln_quad_ref(acc_dw, it, q, lane), ab = ln_quad_ref(acc_db, it, q, lane);
+        float dw4[4] = {aw.x, aw.y, aw.z, aw.w}, db4[4] = {ab.x, ab.y, ab.z, ab.w};  // 4 columns of dw, db
         for (int k = 0; k < 4; k++) {
             const int e = 4 * q + k;
             const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
@@ -278,22 +277,23 @@ __device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Pa
             s1 += dnorm;
             s2 += dnorm * norm;
         }
-        ln_quad_ref(acc_dw, it, q, lane) = aw, ln_quad_ref(acc_db, it, q, lane) = ab;
+        ln_quad_ref(acc_dw, it, q, lane) = make_float4(dw4[0], dw4[1], dw4[2], dw4[3]);
+        ln_quad_ref(acc_db, it, q, lane) = make_float4(db4[0], db4[1], db4[2], db4[3]);
     }
 }
 __device__ __forceinline__ void ln_bwd_dinp(Packed128<floatX>& d, const Packed128<floatX>& g,
                                             const Packed128<floatX>& xv, const Packed128<floatX>& wv, float m,
                                             float s, float m1, float m2, float* acc_ds, int it, int lane) {
     for (int q = 0; q < X128 / 4; q++) {
-        float4 as = ln_quad_ref(acc_ds, it, q, lane);
-        float* ds4 = &as.x;
+        const float4 as = ln_quad_ref(acc_ds, it, q, lane);
+        float ds4[4] = {as.x, as.y, as.z, as.w};  // 4 columns of the column sums of dinp
         for (int k = 0; k < 4; k++) {
             const int e = 4 * q + k;
             const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
             d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
             ds4[k] += to_float(d[e]);  // the column sum of dinp as stored
         }
-        ln_quad_ref(acc_ds, it, q, lane) = as;
+        ln_quad_ref(acc_ds, it, q, lane) = make_float4(ds4[0], ds4[1], ds4[2], ds4[3]);
     }
 }
 

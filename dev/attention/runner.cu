@@ -33,7 +33,6 @@
 #include "dev/attention/forward/2_online_softmax.cuh"
 #include "dev/attention/forward/3_flash1_tiled.cuh"
 #include "dev/attention/forward/4_flash2.cuh"
-// rungs 5–7: #includes added by their files' author
 #include "dev/attention/forward/5_tensor_cores.cuh"
 #include "dev/attention/forward/6_pipelined.cuh"
 #include "dev/attention/forward/7_hopper_wgmma.cuh"
@@ -63,7 +62,6 @@ const Rung RUNGS[] = {
     {3, "3_flash1_tiled.cuh", "flash1_tiled", DType::F32, ladder::r3::supports, ladder::r3::workspace_bytes,
      attention_forward_flash1_tiled},
     {4, "4_flash2.cuh", "flash2", DType::F32, ladder::r4::supports, nullptr, attention_forward_flash2},
-    // rungs 5–7: added by their files' author (one line each, like those above)
     {5, "5_tensor_cores.cuh", "tensor_cores", DType::BF16, ladder::r5::supports, nullptr, attention_forward_tensor_cores},
     {6, "6_pipelined.cuh", "pipelined", DType::BF16, ladder::r6::supports, nullptr, attention_forward_pipelined},
     {7, "7_hopper_wgmma.cuh", "hopper_wgmma", DType::BF16, ladder::r7::supports, nullptr, attention_forward_hopper_wgmma},
