@@ -1,13 +1,17 @@
-// What both attention runners (the forward ladder's and the backward's) share: a problem shape, the anchor
-// shapes the tables report, device buffers that free themselves, the card's name, and the CPU oracle of the
-// forward (llmc/ref/attention.h in double) on the heads a check covers.
+// What both attention runners (the forward ladder's and the backward's) share: a problem shape and the command-line
+// words that name one, the anchor shapes the tables report, device buffers that free themselves, the card's name,
+// and the CPU oracle of the forward (llmc/ref/attention.h in double) on the heads a check covers.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "llmc/args.h"
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/ref/attention.h"
@@ -24,6 +28,31 @@ struct Shape {
     size_t elems() const { return (size_t)B * NH * T * HS; }  // of q, k, v, o: (B, NH, T, HS)
     size_t rows() const { return (size_t)B * NH * T; }        // of lse: (B, NH, T)
 };
+// The words after `runner fwd V` or `runner bwd V`: [B NH T HS] [--seed S]. No shape: the pass validates its own
+// list of edge shapes. Elements is the pass's largest buffer in units of B·NH·T·HS (1 for the forward's q, k, v,
+// o; 3 for the backward's), which the runner's 32-bit offsets keep below 2^31.
+struct ShapeArgs {
+    uint64_t seed;              // --seed S, else a random one (printed, so a failure can be rerun)
+    std::optional<Shape> shape;  // all four of B NH T HS, or none
+};
+inline ShapeArgs parse_shape_args(const char* pass, int argc, char** argv, int elements) {  // argv[1] = V
+    ShapeArgs a{std::random_device{}(), std::nullopt};
+    std::vector<int> pos;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) a.seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
+        else pos.push_back((int)args::parse_int(std::string(pass) + " B/NH/T/HS", argv[i], 1, 1 << 24));
+    }
+    if (pos.empty()) return a;
+    if (pos.size() != 4) fail("%s: give all four of B NH T HS, or none", pass);
+    const Shape s{pos[0], pos[1], pos[2], pos[3]};
+    if ((size_t)s.B * s.NH > 65535) fail("%s: B·NH = %zu exceeds 65535 (the rungs put it in grid.y)", pass, (size_t)s.B * s.NH);
+    const std::string times = elements == 1 ? "" : std::to_string(elements) + "·";
+    if (elements * s.elems() >= (1ull << 31))
+        fail("%s: %sB·NH·T·HS = %zu elements: this runner stays below 2^31", pass, times.c_str(), elements * s.elems());
+    a.shape = s;
+    return a;
+}
+
 // The shapes both ladders are benchmarked on (issue 17's): GPT-2 small's heads at T = 1K to 32K, and head size 128.
 const Shape kAnchorShapes[] = {{8, 12, 1024, 64},  {64, 12, 1024, 64},  {4, 12, 4096, 64}, {1, 12, 16384, 64},
                                {1, 12, 32768, 64}, {16, 16, 2048, 128}, {4, 16, 8192, 128}};

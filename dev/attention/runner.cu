@@ -359,37 +359,28 @@ int cmd_fwd(int argc, char** argv) {  // argv[0] = "fwd"
     for (const Rung& r : RUNGS)
         if (r.id == id) rungs.push_back(&r);
     if (rungs.empty()) fail("fwd: there is no rung %d (see --list)", id);
-    std::vector<int> pos;
-    uint64_t seed = std::random_device{}();
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
-        else pos.push_back((int)args::parse_int("fwd B/NH/T/HS", argv[i], 1, 1 << 24));
-    }
-    if (!pos.empty() && pos.size() != 4) fail("fwd: give all four of B NH T HS, or none");
+    const dev::ShapeArgs a = dev::parse_shape_args("fwd", argc, argv, 1);
     std::vector<Shape> checks;  // validated in order; the last one is also timed
-    if (pos.empty()) {
+    if (!a.shape) {
         for (int hs : {64, 128})
             for (Shape s : {Shape{1, 1, 1, hs}, Shape{1, 2, 2, hs}, Shape{2, 3, 17, hs}, Shape{1, 2, 65, hs},
                             Shape{2, 2, 257, hs}, Shape{1, 1, 1000, hs}})
                 checks.push_back(s);
         checks.push_back({8, 12, 1024, 64});
     } else {
-        const Shape s{pos[0], pos[1], pos[2], pos[3]};
-        if ((size_t)s.B * s.NH > 65535) fail("fwd: B·NH = %zu exceeds 65535 (the rungs put it in grid.y)", (size_t)s.B * s.NH);
-        if (s.elems() >= (1ull << 31)) fail("fwd: B·NH·T·HS = %zu elements: this runner stays below 2^31", s.elems());
-        checks.push_back(s);
+        checks.push_back(*a.shape);
     }
-    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)seed);
+    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)a.seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     bool all_ok = true;
     for (size_t c = 0; c < checks.size(); c++) {
         const Shape& s = checks[c];
-        Problem p(s, seed + c);
+        Problem p(s, a.seed + c);
         for (const Rung* r : rungs) {
             if (!r->supports(s.HS)) {
                 printf("%s: skip %s (head dim %d not supported)\n", label(*r).c_str(), s.str().c_str(), s.HS);
-                if (!pos.empty()) all_ok = false;
+                if (a.shape) all_ok = false;  // a shape asked for by name must run
                 continue;
             }
             DeviceBuffer ws(workspace_of(*r, s), "workspace");

@@ -404,34 +404,25 @@ inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "b
     for (const BwdRung& r : table)
         if (all || r.id == id) rungs.push_back(&r);
     if (rungs.empty()) fail("bwd: there is no backward rung %d (see --list)", id);
-    std::vector<int> pos;
-    uint64_t seed = std::random_device{}();
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)args::parse_int("--seed", argv[++i], 0, 2147483647);
-        else pos.push_back((int)args::parse_int("bwd B/NH/T/HS", argv[i], 1, 1 << 24));
-    }
-    if (!pos.empty() && pos.size() != 4) fail("bwd: give all four of B NH T HS, or none");
+    const dev::ShapeArgs a = dev::parse_shape_args("bwd", argc, argv, 3);
     std::vector<Shape> shapes;  // validated in order; the last one is also timed
-    if (pos.empty()) {
+    if (!a.shape) {
         for (int hs : {64, 128})
             for (Shape s : {Shape{1, 1, 1, hs}, Shape{1, 2, 2, hs}, Shape{2, 3, 17, hs}, Shape{1, 2, 63, hs},
                             Shape{2, 2, 65, hs}, Shape{1, 2, 1000, hs}, Shape{1, 1, 2047, hs}})
                 shapes.push_back(s);
         shapes.push_back({4, 12, 1024, 64});
     } else {
-        const Shape s{pos[0], pos[1], pos[2], pos[3]};
-        if ((size_t)s.B * s.NH > 65535) fail("bwd: B·NH = %zu exceeds 65535", (size_t)s.B * s.NH);
-        if (3 * s.elems() >= (1ull << 31)) fail("bwd: 3·B·NH·T·HS = %zu elements: this runner stays below 2^31", 3 * s.elems());
-        shapes.push_back(s);
+        shapes.push_back(*a.shape);
     }
-    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)seed);
+    printf("card: %s, seed %llu\n", dev::card_name().c_str(), (unsigned long long)a.seed);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     bool all_ok = true;
     for (size_t c = 0; c < shapes.size(); c++) {
         const Shape& s = shapes[c];
         const bool timed = c + 1 == shapes.size();
-        Problem p(s, seed + c, stream);
+        Problem p(s, a.seed + c, stream);
         printf("== %s: the oracle checks %s\n", s.str().c_str(), p.coverage().c_str());
         ensure_baseline(p, table, rungs);
         for (const BwdRung* r : rungs) {
@@ -439,7 +430,7 @@ inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "b
             if (cl.status == "FAIL") all_ok = false;
             else if (cl.status != "ok") {
                 printf("  %s %s: %s\n", report::label(*r).c_str(), s.str().c_str(), cl.status.c_str());
-                if (!pos.empty() && !all) all_ok = false;  // a shape asked for by name must run
+                if (a.shape && !all) all_ok = false;  // a shape asked for by name must run
             }
         }
         if (timed && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's (and 9's) time goes
