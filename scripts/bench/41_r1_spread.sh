@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How much does recipe R1's val curve move from run to run? The acceptance compares ONE run with ONE llm.c run
 # at four steps (±0.1); this measures the spread that window has to hold: R1 (as in 40_train.sh) with several
-# seeds in our BF16 build, a few in the FP32 build, and the same recipe in PyTorch (scripts/torch_r1.py: its own
+# seeds in our BF16 build, a few in the FP32 build, and the same recipe in PyTorch (scripts/torch/r1.py: its own
 # implementation, bf16 autocast with fp32 weights). Writes doc/results/r1_spread.md: per step, the reference, and each
 # system's mean [min, max] and how many of its runs fall within ±0.1 of the reference; spliced into README.md.
 # Seeds: R1_SEEDS (default 42 1..5), R1_SEEDS_FP32 (42; empty: none), R1_SEEDS_TORCH (42 1..4). Wall time 334 s on the H200 (2026-11-29):
@@ -24,7 +24,7 @@ ours() {  # precision seeds...
 ours bf16 ${R1_SEEDS:-42 1 2 3 4 5}
 stamp "R1 in PyTorch"
 if python3 -c "import torch" 2>/dev/null; then
-  timeout 300 python3 scripts/torch_r1.py ${R1_SEEDS_TORCH:-42 1 2 3 4} > "$OUT/spread/torch.log" 2>&1 || tail -n 5 "$OUT/spread/torch.log"
+  timeout 300 python3 scripts/torch/r1.py ${R1_SEEDS_TORCH:-42 1 2 3 4} > "$OUT/spread/torch.log" 2>&1 || tail -n 5 "$OUT/spread/torch.log"
   for seed in ${R1_SEEDS_TORCH:-42 1 2 3 4}; do
     awk -v s="$seed" '$1=="seed" && $2==s && $3=="step" { print $4, $6 }' "$OUT/spread/torch.log" > "$OUT/spread/torch_$seed.vals"
   done
@@ -37,7 +37,7 @@ for f in "$OUT"/spread/*.vals; do b=$(basename "$f" .vals); sed "s/^/${b%_*} /" 
   echo "Card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) · $(date -u '+%Y-%m-%dT%H:%MZ') ·" \
        "\`bash scripts/bench/41_r1_spread.sh\` (make r1-spread). Reference: one llm.c + cuDNN run, its figures cited in scripts/r1.sh."
   echo
-  echo "| step | llm.c reference | flashgpt2 BF16 | flashgpt2 FP32 | PyTorch (scripts/torch_r1.py) |"
+  echo "| step | llm.c reference | flashgpt2 BF16 | flashgpt2 FP32 | PyTorch (scripts/torch/r1.py) |"
   echo "|--:|--:|---|---|---|"
   awk -v refs="$R1_REFERENCE" '
        BEGIN { nref = split(refs, a, " "); for (i = 1; i <= nref; i++) { split(a[i], kv, ":"); ref[kv[1]] = kv[2]; steps[i] = kv[1] } }
