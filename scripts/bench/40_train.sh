@@ -92,7 +92,7 @@ thr flash-tuned 16 30 --kernels flash --matmul-algos tune   # each matmul's algo
 thr flash-tuned 64 20 --kernels flash --matmul-algos tune
 thr naive-attention 16 30 --kernels flash --attention naive
 thr naive-attention 64 20 --kernels flash --attention naive
-[[ -n "${WITH_ALL_NAIVE:-}" ]] && thr all-naive 16 3 --kernels naive   # ~30 s; measured 2026-11-29: 1611 tok/s
+[[ -n "${WITH_ALL_NAIVE:-}" ]] && thr all-naive 16 3 --kernels naive   # about 30 s: the all-naive set is slow
 
 # --- 4. PyTorch in the same run: scripts/torch/gpt2_train.py (compiled and eager), and the libraries' floor of a step ---
 stamp "PyTorch: scripts/torch/gpt2_train.py, scripts/torch/step_floor.py"

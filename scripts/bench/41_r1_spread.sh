@@ -4,8 +4,8 @@
 # seeds in our BF16 build, a few in the FP32 build, and the same recipe in PyTorch (scripts/torch/r1.py: its own
 # implementation, bf16 autocast with fp32 weights). Writes doc/results/r1_spread.md: per step, the reference, and each
 # system's mean [min, max] and how many of its runs fall within ±0.1 of the reference; spliced into README.md.
-# Seeds: R1_SEEDS (default 42 1..5), R1_SEEDS_FP32 (42; empty: none), R1_SEEDS_TORCH (42 1..4). Wall time 334 s on the H200 (2026-11-29):
-# a BF16 run takes ~16 s, a PyTorch run ~26 s, an FP32 run ~105 s (fp32 matmuls).
+# Seeds: R1_SEEDS (default 42 1..5), R1_SEEDS_FP32 (42; empty: none), R1_SEEDS_TORCH (42 1..4). About 6 minutes on an
+# H200: a BF16 run takes about 16 s, a PyTorch run 26 s, an FP32 run 105 s (fp32 matmuls).
 set -uo pipefail
 OUT=${OUT:-log/bench}; mkdir -p "$OUT/spread"
 t_all=$(date +%s)

@@ -3,7 +3,7 @@
 # one micro-batch of B=4, with its loss spike at step 7)? One layer naive at a time, every other layer flash,
 # same seed, B=4 T=1024, 20 steps, each run's train losses against the all-flash run's; and
 # flash against itself (the trainer is deterministic). Writes doc/results/naive_vs_flash.md, spliced into README.md
-# between the naive-vs-flash markers. Wall time about 110 s on the H200 (2026-11-29; the naive matmul ~45 s).
+# between the naive-vs-flash markers. About 2 minutes on an H200 (the naive-matmul run is the longest).
 set -uo pipefail
 OUT=${OUT:-log/bench}; mkdir -p "$OUT/nf_layers"
 bin=./build/train_gpt2cu_bf16
