@@ -133,14 +133,19 @@ struct StepRunner {
     int grad_accum;
     const Distributed& dist;
     float* losses_pinned = nullptr;  // (grad_accum, B, T) page-locked: loss copies do not stall the host
+    cudaEvent_t losses_copied = nullptr;  // the last micro-batch's losses have landed in losses_pinned
     std::vector<int> inputs, targets;  // (B, T) this rank's batch when data parallel
     SpikeGuard guard;                // its state goes into every checkpoint
 
     StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d, float spike_z = 0.0f)
         : model(m), loader(l), grad_accum(accum), dist(d), guard(spike_z) {
         cudaCheck(cudaMallocHost(&losses_pinned, (size_t)accum * l.B * l.T * sizeof(float)));
+        cudaCheck(cudaEventCreateWithFlags(&losses_copied, cudaEventDisableTiming));
     }
-    ~StepRunner() { cudaFreeHost(losses_pinned); }
+    ~StepRunner() {
+        cudaFreeHost(losses_pinned);
+        cudaEventDestroy(losses_copied);
+    }
     StepRunner(const StepRunner&) = delete;
     StepRunner& operator=(const StepRunner&) = delete;
 
@@ -170,8 +175,14 @@ struct StepRunner {
             const auto [in, tg] = next_batch();
             model.forward(in, tg, loader.B, loader.T, true, dloss);
             model.losses_to_host_async(losses_pinned + (size_t)micro * N);
+            cudaCheck(cudaEventRecord(losses_copied, model.stream));
             model.backward();
         }
+        // this rank's losses summed while the GPU runs the last backward, not after the norm's wait (the sum of
+        // B*T floats is tens of microseconds of host time); fixed order: deterministic
+        cudaCheck(cudaEventSynchronize(losses_copied));
+        double sum = 0.0;
+        for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
         // Data parallel: sum the gradients into each rank's optimizer slice, step the slice (clipping by the
         // global norm: the slices' squared norms summed), then every rank gets every slice's new weights.
         // (One reduce-scatter after the whole backward, not overlapped with it: the simple version.)
@@ -180,9 +191,7 @@ struct StepRunner {
         r.lr = lr_cosine(step, o.steps, o.lr, o.warmup, o.final_lr_frac);
         std::function<void(float*)> sum_norm2;
         if (dist.active()) sum_norm2 = [this](float* norm2) { dist.all_reduce_sum(norm2, 1, model.stream); };
-        r.norm = model.grad_norm(sum_norm2);  // waits for the stream: the losses copied above have landed too
-        double sum = 0.0;  // fixed order: deterministic
-        for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
+        r.norm = model.grad_norm(sum_norm2);  // waits for the stream
         r.loss = (float)(dist.sum_host(sum, model.stream) / ((double)grad_accum * N * dist.world));
         // the divergence policy (llmc/guard.h): a non-finite loss or norm stops the run before the update
         r.loss = fault_value("spike-loss", step, fault_value("nan-loss", step, r.loss));

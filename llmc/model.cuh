@@ -177,6 +177,7 @@ struct GPT2Model {
     cudaStream_t stream = nullptr;
     LayerProfiler* prof = nullptr;    // set to time every op by layer
     int* tokens_pinned = nullptr;     // (2, B, T) page-locked staging of inputs and targets: copies stay async
+    float* norm2_pinned = nullptr;    // (1) page-locked landing place of norm2 (a pageable one costs a staging copy)
     cudaEvent_t tokens_copied = nullptr;  // the last copy out of tokens_pinned has finished
 
     GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_, int shards = 1, int shard = 0,
@@ -202,11 +203,13 @@ struct GPT2Model {
         cudaCheck(cudaStreamCreate(&stream));
         cudaCheck(cudaEventCreateWithFlags(&tokens_copied, cudaEventDisableTiming));
         cudaCheck(cudaMallocHost(&tokens_pinned, 2 * (size_t)B * T * sizeof(int)));
+        cudaCheck(cudaMallocHost(&norm2_pinned, sizeof(float)));
         allocate();
     }
     ~GPT2Model() {  // no checks: destructors must not exit
         if (stream) cudaStreamSynchronize(stream);
         if (tokens_pinned) cudaFreeHost(tokens_pinned);
+        if (norm2_pinned) cudaFreeHost(norm2_pinned);
         if (tokens_copied) cudaEventDestroy(tokens_copied);
         if (stream) cudaStreamDestroy(stream);
     }
@@ -485,10 +488,9 @@ inline void GPT2Model::backward() {
 inline float GPT2Model::grad_norm(const std::function<void(float* norm2)>& sum_norm2) {
     global_norm_squared(ops(), norm2, grads_memory + shard_begin, shard_layout);
     if (sum_norm2) sum_norm2(norm2);
-    float norm2_host = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm2_host, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
-    return std::sqrt(norm2_host);
+    return std::sqrt(*norm2_pinned);
 }
 
 inline void GPT2Model::apply_update(float lr, float beta1, float beta2, float eps, float weight_decay,
