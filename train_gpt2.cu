@@ -178,8 +178,8 @@ struct StepRunner {
             cudaCheck(cudaEventRecord(losses_copied, model.stream));
             model.backward();
         }
-        // this rank's losses summed while the GPU runs the last backward, not after the norm's wait (the sum of
-        // B*T floats is tens of microseconds of host time); fixed order: deterministic
+        // this rank's losses summed while the GPU runs the last backward, so that the host's loop over them is not
+        // between the norm's readback and the update; fixed order: deterministic
         cudaCheck(cudaEventSynchronize(losses_copied));
         double sum = 0.0;
         for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
