@@ -322,7 +322,7 @@ inline TrainResult train(const TrainOptions& o) {
         if (periodic || (last && o.checkpoint_every >= 0 && step > first_step)) {
             TrainState st;
             st.step = step, st.rng_state = rng.state, st.B = o.B, st.T = o.T, st.total_batch = tokens_per_step;
-            st.seed = o.seed, st.loader = train_loader.state(), st.guard = runner.guard.state;
+            st.seed = o.seed, st.loader = runner.loader_state(), st.guard = runner.guard.state;
             save_checkpoint_cuda(o.out_dir, model, st, dist);
             if (!quiet) printf("checkpoint: %s\n", checkpoint_path(o.out_dir, "model", step).c_str());
         }

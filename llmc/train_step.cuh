@@ -33,6 +33,10 @@ struct StepRunner {
     cudaEvent_t losses_copied = nullptr;  // the last micro-batch's losses have landed in losses_pinned
     std::vector<int> inputs, targets;  // (B, T) this rank's batch when data parallel
     SpikeGuard guard;                // its state goes into every checkpoint
+    // The next step's first micro-batch, drawn while the GPU runs this step's last backward (the host only waits
+    // then), so that the next step's first kernels do not wait for the loader's copies.
+    bool prefetched = false;
+    DataLoaderState before_prefetch;  // the loader's position before that draw
 
     StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d, float spike_z = 0.0f)
         : model(m), loader(l), grad_accum(accum), dist(d), guard(spike_z) {
@@ -46,19 +50,27 @@ struct StepRunner {
     StepRunner(const StepRunner&) = delete;
     StepRunner& operator=(const StepRunner&) = delete;
 
-    // The next micro-batch of this rank. Every rank's loader walks the same order (same seed) and rank r of W
+    // Draws this rank's next micro-batch. Every rank's loader walks the same order (same seed) and rank r of W
     // keeps global batches r, r+W, r+2W, ...: the loaders stay in step, so their positions (checkpointed) agree.
-    std::pair<const int*, const int*> next_batch() {
+    void draw() {
         if (dist.world == 1) {
             loader.next_batch();
-            return {loader.inputs.data(), loader.targets.data()};
+            return;
         }
         for (int r = 0; r < dist.world; r++) {
             loader.next_batch();
             if (r == dist.rank) inputs = loader.inputs, targets = loader.targets;
         }
+    }
+    // The micro-batch to train on: the one prefetched by the step before, else a new draw.
+    std::pair<const int*, const int*> next_batch() {
+        if (!prefetched) draw();
+        prefetched = false;
+        if (dist.world == 1) return {loader.inputs.data(), loader.targets.data()};
         return {inputs.data(), targets.data()};
     }
+    // Where a checkpoint taken now must put the loader: before the prefetched batch, which no step has used.
+    DataLoaderState loader_state() const { return prefetched ? before_prefetch : loader.state(); }
 
     // step counts from 0; AdamW's bias correction uses t = step + 1.
     StepResult run(int step, const TrainOptions& o) {
@@ -75,6 +87,9 @@ struct StepRunner {
             cudaCheck(cudaEventRecord(losses_copied, model.stream));
             model.backward();
         }
+        before_prefetch = loader.state();  // the next step's first micro-batch, while the GPU runs the backward
+        draw();
+        prefetched = true;
         // this rank's losses summed while the GPU runs the last backward, so that the host's loop over them is not
         // between the norm's readback and the update; fixed order: deterministic
         cudaCheck(cudaEventSynchronize(losses_copied));
