@@ -135,7 +135,8 @@ inline void layernorm_backward_naive(floatX* dinp, floatX* dw, floatX* db, float
 constexpr int LN_WARPS = 4;              // forward: rows per block (one warp each)
 constexpr int LN_BWD_WARPS = 8;          // backward: warps per block, each taking a row at a time
 constexpr int LN_BWD_MAX_BLOCKS = 384;   // backward grid: rows are strided over at most this many blocks (one wave
-                                         // of 3 per SM on a 132-SM H100/H200), and never more than one wave
+                                         // of 3 per SM on a 132-SM H100/H200), and never more than one wave (2 per
+                                         // SM when the row is held in registers)
 
 // Floats one warp's row cache needs: C rounded up to whole 32-lane x 16-byte sweeps.
 __host__ __device__ inline int ln_row_slots(int C) { return ceil_div(C, 32 * X128) * 32 * X128; }
@@ -260,46 +261,45 @@ inline size_t layernorm_backward_workspace_bytes(Variant v, int N, int C) {
     return 3 * ws_round((size_t)ln_bwd_blocks(N) * C * sizeof(float));
 }
 
-// The arithmetic of one 16-byte chunk of a row (chunk it of this lane): pass 1 adds dout*norm and dout into the
-// warp's dw/db accumulators and the row sums s1 = sum of dnorm, s2 = sum of dnorm*norm; pass 2, once s1 and s2
-// are known, adds the row's dinp into d and the result into the warp's column sums of dinp.
-__device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Packed128<floatX>& xv,
-                                            const Packed128<floatX>& wv, float m, float s, float* acc_dw,
-                                            float* acc_db, int it, int lane, float& s1, float& s2) {
+// A warp's column accumulators for the X128 columns of one 16-byte chunk (chunk it of this lane), moved between
+// registers and the shared-memory layout above.
+__device__ __forceinline__ void ln_acc_load(float (&a)[X128], float* acc, int it, int lane) {
     for (int q = 0; q < X128 / 4; q++) {
-        const float4 aw = ln_quad_ref(acc_dw, it, q, lane), ab = ln_quad_ref(acc_db, it, q, lane);
-        float dw4[4] = {aw.x, aw.y, aw.z, aw.w}, db4[4] = {ab.x, ab.y, ab.z, ab.w};  // 4 columns of dw, db
-        for (int k = 0; k < 4; k++) {
-            const int e = 4 * q + k;
-            const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
-            dw4[k] += gf * norm;
-            db4[k] += gf;
-            s1 += dnorm;
-            s2 += dnorm * norm;
-        }
-        ln_quad_ref(acc_dw, it, q, lane) = make_float4(dw4[0], dw4[1], dw4[2], dw4[3]);
-        ln_quad_ref(acc_db, it, q, lane) = make_float4(db4[0], db4[1], db4[2], db4[3]);
+        const float4 v = ln_quad_ref(acc, it, q, lane);
+        a[4 * q] = v.x, a[4 * q + 1] = v.y, a[4 * q + 2] = v.z, a[4 * q + 3] = v.w;
+    }
+}
+__device__ __forceinline__ void ln_acc_store(float* acc, int it, int lane, const float (&a)[X128]) {
+    for (int q = 0; q < X128 / 4; q++) ln_quad_ref(acc, it, q, lane) = make_float4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]);
+}
+
+// The arithmetic of one 16-byte chunk of a row: pass 1 adds dout*norm and dout into the chunk's dw and db
+// accumulators and the row sums s1 = sum of dnorm, s2 = sum of dnorm*norm; pass 2, once s1 and s2 are known,
+// adds the row's dinp into d and the result into the chunk's column sums of dinp (ds).
+__device__ __forceinline__ void ln_bwd_sums(const Packed128<floatX>& g, const Packed128<floatX>& xv,
+                                            const Packed128<floatX>& wv, float m, float s, float (&dw)[X128],
+                                            float (&db)[X128], float& s1, float& s2) {
+    for (int e = 0; e < X128; e++) {
+        const float norm = (to_float(xv[e]) - m) * s, gf = to_float(g[e]), dnorm = gf * to_float(wv[e]);
+        dw[e] += gf * norm;
+        db[e] += gf;
+        s1 += dnorm;
+        s2 += dnorm * norm;
     }
 }
 __device__ __forceinline__ void ln_bwd_dinp(Packed128<floatX>& d, const Packed128<floatX>& g,
                                             const Packed128<floatX>& xv, const Packed128<floatX>& wv, float m,
-                                            float s, float m1, float m2, float* acc_ds, int it, int lane) {
-    for (int q = 0; q < X128 / 4; q++) {
-        const float4 as = ln_quad_ref(acc_ds, it, q, lane);
-        float ds4[4] = {as.x, as.y, as.z, as.w};  // 4 columns of the column sums of dinp
-        for (int k = 0; k < 4; k++) {
-            const int e = 4 * q + k;
-            const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
-            d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
-            ds4[k] += to_float(d[e]);  // the column sum of dinp as stored
-        }
-        ln_quad_ref(acc_ds, it, q, lane) = make_float4(ds4[0], ds4[1], ds4[2], ds4[3]);
+                                            float s, float m1, float m2, float (&ds)[X128]) {
+    for (int e = 0; e < X128; e++) {
+        const float norm = (to_float(xv[e]) - m) * s, dnorm = to_float(g[e]) * to_float(wv[e]);
+        d[e] = from_float<floatX>(to_float(d[e]) + (dnorm - m1 - norm * m2) * s);
+        ds[e] += to_float(d[e]);  // the column sum of dinp as stored
     }
 }
 
 // An empty asm that the compiler must assume changes x: pass 2 then unpacks the row again from its packed
 // registers (4 per 16 bytes) instead of keeping pass 1's unpacked floats alive across the row sums (8 per 16
-// bytes in the BF16 build), which would not fit 3 blocks per SM. No instruction is emitted.
+// bytes in the BF16 build), which would not fit beside the accumulators. No instruction is emitted.
 template <class T>
 __device__ __forceinline__ void keep_packed(Packed128<T>& x) {
     uint32_t* r = reinterpret_cast<uint32_t*>(&x);
@@ -307,20 +307,24 @@ __device__ __forceinline__ void keep_packed(Packed128<T>& x) {
 }
 
 // Each warp takes rows n = warp_global, + G*LN_BWD_WARPS, ...: it reads its row's dout and inp, adds
-// dout*norm, dout into its own dw/db accumulators (shared memory) and the row sums s1, s2; then it writes
-// dinp and adds it into a third accumulator, the column sums of dinp. dinp is the gradient of the residual
-// stream here, and its column sums are the bias gradient of the matmul whose output joined the stream (attproj
-// after ln2, fcproj after the next block's ln1 or lnf), which so needs no column sum of its own. Only the
-// accumulators live in shared memory (9 KB per warp, 72 KB per block at C=768); the row does not, so three
-// 8-warp blocks fit in an SM: warps in flight to hide the loads' latency, which is what bounds this kernel. At
-// the end the block sums its warps (fixed order) into partial[a][blockIdx.x] (3, G, C). (Caching the row in
-// shared memory too, with 4-warp blocks, was slower: doc/kernels.md.)
-// RS > 0 (rows of up to RS sweeps of 32 lanes x 16 bytes: C <= 768 in the BF16 build, 384 in FP32): the row's
-// dout, inp and the dinp it adds to are held in registers (80 per thread: 3 blocks per SM), all loaded before
-// the first is used, so a row waits for HBM once. RS = 0 (any C): a sweep at a time, and the row read a second
-// time (from L1/L2) to write dinp. Both do the same arithmetic in the same order.
+// dout*norm, dout into its own dw/db accumulators and the row sums s1, s2; then it writes dinp and adds it into
+// a third accumulator, the column sums of dinp. dinp is the gradient of the residual stream here, and its column
+// sums are the bias gradient of the matmul whose output joined the stream (attproj after ln2, fcproj after the
+// next block's ln1 or lnf), which so needs no column sum of its own. At the end the block sums its warps (fixed
+// order) into partial[a][blockIdx.x] (3, G, C).
+// RS > 0 (rows of up to RS sweeps of 32 lanes x 16 bytes: C <= 768 in the BF16 build, 384 in FP32): the lane's
+// part of the row (dout, inp and the dinp it adds to, all loaded before the first is used, so a row waits for
+// HBM once) and its columns' dw and db accumulators (48 floats at C = 768) live in registers, 128 a thread, two
+// 8-warp blocks an SM; only the column sums of dinp are added in shared memory. That is faster than all three
+// accumulators in shared memory at three blocks an SM (fewer shared-memory round trips a row, and 264 blocks
+// share 16384 rows more evenly than 384), and than the third accumulator in registers too, which spills
+// (doc/kernels.md has the timings).
+// RS = 0 (any C): the accumulators live in shared memory (9 KB per warp at C = 768, so three blocks an SM), a
+// sweep of the row at a time, and the row read a second time (from L1/L2) to write dinp.
+// Both do the same arithmetic in the same order. (Caching the row in shared memory too, with 4-warp blocks, was
+// slower: doc/kernels.md.)
 template <int RS>
-static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 3)
+static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp,
                                     const floatX* w, const float* mean, const float* rstd, int N, int C) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
@@ -330,13 +334,14 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 3)
     float* acc_dw = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
     float* acc_db = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
     float* acc_ds = smem + (size_t)(2 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's column sums of dinp
-    for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; acc_ds[i] = 0.0f; }
 
-    for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
-        const size_t row = (size_t)n * C;
-        const float m = mean[n], s = rstd[n];
-        float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
-        if constexpr (RS > 0) {
+    if constexpr (RS > 0) {
+        float dw[RS][X128] = {}, db[RS][X128] = {};  // this lane's columns' dw and db accumulators
+        for (int i = lane; i < slots; i += 32) acc_ds[i] = 0.0f;
+        for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
+            const size_t row = (size_t)n * C;
+            const float m = mean[n], s = rstd[n];
+            float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
             Packed128<floatX> g[RS], xv[RS], d[RS];  // (RS chunks of 16 bytes) this lane's part of the row
 #pragma unroll
             for (int it = 0; it < RS; it++) {  // every load of the row in flight at once
@@ -346,7 +351,7 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 3)
 #pragma unroll
             for (int it = 0; it < RS; it++) {
                 const int c = (it * 32 + lane) * X128;
-                if (c < C) ln_bwd_sums(g[it], xv[it], load128(w + c), m, s, acc_dw, acc_db, it, lane, s1, s2);
+                if (c < C) ln_bwd_sums(g[it], xv[it], load128(w + c), m, s, dw[it], db[it], s1, s2);
             }
             const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
 #pragma unroll
@@ -355,23 +360,41 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, 3)
             for (int it = 0; it < RS; it++) {
                 const int c = (it * 32 + lane) * X128;
                 if (c >= C) continue;
-                ln_bwd_dinp(d[it], g[it], xv[it], load128(w + c), m, s, m1, m2, acc_ds, it, lane);
+                float ds[X128];
+                ln_acc_load(ds, acc_ds, it, lane);
+                ln_bwd_dinp(d[it], g[it], xv[it], load128(w + c), m, s, m1, m2, ds);
+                ln_acc_store(acc_ds, it, lane, ds);
                 store128(dinp + row + c, d[it]);
             }
-        } else {
+        }
+#pragma unroll
+        for (int it = 0; it < RS; it++) {
+            if (it >= sweeps) break;
+            ln_acc_store(acc_dw, it, lane, dw[it]), ln_acc_store(acc_db, it, lane, db[it]);
+        }
+    } else {
+        for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; acc_ds[i] = 0.0f; }
+        for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
+            const size_t row = (size_t)n * C;
+            const float m = mean[n], s = rstd[n];
+            float s1 = 0.0f, s2 = 0.0f;
             for (int it = 0; it < sweeps; it++) {
                 const int c = (it * 32 + lane) * X128;
                 if (c >= C) break;
-                ln_bwd_sums(load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, acc_dw, acc_db, it,
-                            lane, s1, s2);
+                float dw[X128], db[X128];
+                ln_acc_load(dw, acc_dw, it, lane), ln_acc_load(db, acc_db, it, lane);
+                ln_bwd_sums(load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, dw, db, s1, s2);
+                ln_acc_store(acc_dw, it, lane, dw), ln_acc_store(acc_db, it, lane, db);
             }
             const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
             for (int it = 0; it < sweeps; it++) {  // the second read of the row: cache hits
                 const int c = (it * 32 + lane) * X128;
                 if (c >= C) break;
+                float ds[X128];
+                ln_acc_load(ds, acc_ds, it, lane);
                 Packed128<floatX> d = load128(dinp + row + c);
-                ln_bwd_dinp(d, load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, m1, m2, acc_ds,
-                            it, lane);
+                ln_bwd_dinp(d, load128(dout + row + c), load128(inp + row + c), load128(w + c), m, s, m1, m2, ds);
+                ln_acc_store(acc_ds, it, lane, ds);
                 store128(dinp + row + c, d);
             }
         }
