@@ -334,10 +334,12 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
     float* acc_dw = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
     float* acc_db = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
     float* acc_ds = smem + (size_t)(2 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's column sums of dinp
+    // Each lane zeroes the accumulator slots it will read back itself, so no lane waits on another's writes.
+    const float zeros[X128] = {};
 
     if constexpr (RS > 0) {
         float dw[RS][X128] = {}, db[RS][X128] = {};  // this lane's columns' dw and db accumulators
-        for (int i = lane; i < slots; i += 32) acc_ds[i] = 0.0f;
+        for (int it = 0; it < sweeps; it++) ln_acc_store(acc_ds, it, lane, zeros);  // the slots this lane adds to
         for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
             const size_t row = (size_t)n * C;
             const float m = mean[n], s = rstd[n];
@@ -373,7 +375,8 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
             ln_acc_store(acc_dw, it, lane, dw[it]), ln_acc_store(acc_db, it, lane, db[it]);
         }
     } else {
-        for (int i = lane; i < slots; i += 32) { acc_dw[i] = 0.0f; acc_db[i] = 0.0f; acc_ds[i] = 0.0f; }
+        for (int it = 0; it < sweeps; it++)  // the slots this lane adds to
+            ln_acc_store(acc_dw, it, lane, zeros), ln_acc_store(acc_db, it, lane, zeros), ln_acc_store(acc_ds, it, lane, zeros);
         for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
             const size_t row = (size_t)n * C;
             const float m = mean[n], s = rstd[n];
