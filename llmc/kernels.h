@@ -244,7 +244,6 @@ struct OpContext {
     cudaStream_t stream = nullptr;
     void* ws = nullptr;             // the shared workspace (workspace_bytes()), for the ops that need one
     LayerProfiler* prof = nullptr;  // when set, every op's time is charged to its layer and pass
-    bool gelu_keep_pre = false;     // the GELU matmul's aux must be pre itself (-r 1 recomputes gelu from it)
 };
 
 // out (B,T,C) = wte[inp] + wpe[t];  inp (B,T) int token ids on the device; wte (Vp,C), wpe (maxT,C).
@@ -331,43 +330,36 @@ inline void gelu_backward(const OpContext& ctx, floatX* dinp, const floatX* inp,
 // The flash matmul carries the GELU in its epilogue when both layers are flash.
 inline bool gelu_fused(const KernelSet& ks) { return ks.flash(Layer::matmul) && ks.flash(Layer::gelu); }
 
-// What matmul_gelu_forward keeps in its aux buffer for matmul_backward: pre itself, or gelu'(pre) where one GEMM
-// does both and runs on the wgmma engine (and ctx.gelu_keep_pre is off).
-inline GeluAux gelu_aux_kind(const OpContext& ctx, int C, int OC) {
-    return gelu_fused(ctx.ks) ? gelu_aux_kind(ctx.ks.matmul_engine, OC, C, ctx.gelu_keep_pre) : GeluAux::pre;
-}
-
-// pre (N,OC) = inp @ w^T + bias;  out_gelu (N,OC) = gelu(pre);  aux (N,OC) = pre or gelu'(pre) (gelu_aux_kind),
-// for matmul_backward. Flash matmul + flash gelu: one GEMM writes both, GELU in its epilogue (the wgmma engine's,
-// or cuBLASLt's GELU_AUX_BIAS), charged to matmul.
-inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* aux, const floatX* inp,
+// pre_gelu (N,OC) = inp @ w^T + bias;  out_gelu (N,OC) = gelu(pre_gelu).
+// Flash matmul + flash gelu: one GEMM writes both, GELU in its epilogue (the wgmma engine's, or cuBLASLt's
+// GELU_AUX_BIAS), charged to matmul.
+inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* pre_gelu, const floatX* inp,
                                 const floatX* w, const floatX* bias, int N, int C, int OC) {
     if (gelu_fused(ctx.ks)) {
         ProfileSpan s(ctx.prof, Layer::matmul, Pass::forward, ctx.stream);
-        matmul_forward_flash(out_gelu, inp, w, bias, N, C, OC, aux, ctx.stream, ctx.ks.matmul_engine,
-                             ctx.gelu_keep_pre);
+        matmul_forward_flash(out_gelu, inp, w, bias, N, C, OC, pre_gelu, ctx.stream, ctx.ks.matmul_engine);
     } else {
-        matmul_forward(ctx, aux, inp, w, bias, N, C, OC);
-        gelu_forward(ctx, out_gelu, aux, (size_t)N * OC);
+        matmul_forward(ctx, pre_gelu, inp, w, bias, N, C, OC);
+        gelu_forward(ctx, out_gelu, pre_gelu, (size_t)N * OC);
     }
 }
 
 // dinp (N,C) = dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias (OC) += colsum(dout) (dbias may be null).
-// gelu_aux (N,C) non-null: the input of this matmul was gelu(pre), gelu_aux is what matmul_gelu_forward kept of pre
-// (with the same ctx), and dinp is returned already multiplied by gelu'(pre) (flash+flash: the GEMM's epilogue,
-// wgmma's or cuBLASLt's DGELU; otherwise the gelu backward op).
+// pre_gelu (N,C) non-null: the input of this matmul was gelu(pre_gelu), and dinp is returned already
+// multiplied by gelu'(pre_gelu) (flash+flash: the GEMM's epilogue, wgmma's or cuBLASLt's DGELU; otherwise the
+// gelu backward op).
 inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
-                            const floatX* inp, const floatX* w, const floatX* gelu_aux, int N, int C, int OC) {
-    const bool fuse_gelu = gelu_aux && gelu_fused(ctx.ks);
+                            const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC) {
+    const bool fuse_gelu = pre_gelu && gelu_fused(ctx.ks);
     {
         ProfileSpan s(ctx.prof, Layer::matmul, Pass::backward, ctx.stream);
         if (ctx.ks.naive(Layer::matmul))
             matmul_backward_naive(dinp, dw, dbias, dout, inp, w, N, C, OC, ctx.stream);
         else
-            matmul_backward_flash(dinp, dw, dbias, ctx.ws, dout, inp, w, fuse_gelu ? gelu_aux : nullptr, N, C, OC,
-                                  ctx.stream, ctx.ks.matmul_engine, ctx.gelu_keep_pre);
+            matmul_backward_flash(dinp, dw, dbias, ctx.ws, dout, inp, w, fuse_gelu ? pre_gelu : nullptr, N, C, OC,
+                                  ctx.stream, ctx.ks.matmul_engine);
     }
-    if (gelu_aux && !fuse_gelu) gelu_backward(ctx, dinp, gelu_aux, dinp, (size_t)N * C);  // aux is pre here
+    if (pre_gelu && !fuse_gelu) gelu_backward(ctx, dinp, pre_gelu, dinp, (size_t)N * C);
 }
 
 // out (B,T,C) = causal self-attention of qkv (B,T,3,NH,HS), softmax scale 1/sqrt(HS).

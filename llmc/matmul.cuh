@@ -103,13 +103,6 @@ inline MatmulEngine gelu_matmul_engine(MatmulEngine request, int N, int K) {
              engine_name(request), N, K, why);
     return request;
 }
-// What a fused GELU forward keeps in its aux buffer (N, OC) for the backward: pre = inp @ w^T + bias itself
-// (cuBLASLt's GELU_AUX and DGELU epilogues), or gelu'(pre) (the wgmma engine: its backward's epilogue is then one
-// multiply), unless the caller reads pre itself (keep_pre: -r 1 recomputes gelu(pre) from it).
-enum class GeluAux { pre, grad };
-inline GeluAux gelu_aux_kind(MatmulEngine engine, int OC, int C, bool keep_pre) {
-    return !keep_pre && gelu_matmul_engine(engine, OC, C) == MatmulEngine::wgmma ? GeluAux::grad : GeluAux::pre;
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Which algorithm each distinct call takes (`--matmul-algos`; the table's format: llmc/matmul_algos.h).
@@ -307,21 +300,20 @@ inline void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* w
     cudaCheckLaunch();
 }
 
-// gelu_aux == nullptr: out = inp @ w^T + bias.
-// gelu_aux != nullptr: pre = inp @ w^T + bias, out = gelu(pre) and gelu_aux = pre or gelu'(pre)
-// (gelu_aux_kind(engine, OC, C, keep_pre)), all from the one GEMM, on the engine gelu_matmul_engine(engine, OC, C)
-// picks.
+// pre_gelu == nullptr: out = inp @ w^T + bias.
+// pre_gelu != nullptr: pre_gelu = inp @ w^T + bias and out = gelu(pre_gelu), both from the one GEMM, on the
+// engine gelu_matmul_engine(engine, OC, C) picks.
 inline void matmul_forward_flash(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
-                                 int OC, floatX* gelu_aux, cudaStream_t stream,
-                                 MatmulEngine engine = MatmulEngine::best, bool keep_pre = false) {
-    const bool wgmma = gelu_aux && gelu_matmul_engine(engine, OC, C) == MatmulEngine::wgmma;
+                                 int OC, floatX* pre_gelu, cudaStream_t stream,
+                                 MatmulEngine engine = MatmulEngine::best) {
+    const bool wgmma = pre_gelu && gelu_matmul_engine(engine, OC, C) == MatmulEngine::wgmma;
 #if !defined(ENABLE_FP32)
-    if (wgmma) return matmul_forward_gelu_wgmma(out, gelu_aux, inp, w, bias, N, OC, C, !keep_pre, stream);
+    if (wgmma) return matmul_forward_gelu_wgmma(out, pre_gelu, inp, w, bias, N, OC, C, stream);
 #endif
     // column-major: out^T (OC, N) = (w as (C,OC))^T @ (inp as (C,N))
-    cublasLtEpilogue_t ep = gelu_aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+    cublasLtEpilogue_t ep = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                      : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-    cublaslt_matmul(out, w, inp, OC, N, C, true, false, C, C, OC, 0.0f, ep, bias, gelu_aux, OC, stream);
+    cublaslt_matmul(out, w, inp, OC, N, C, true, false, C, C, OC, 0.0f, ep, bias, pre_gelu, OC, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -415,20 +407,19 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     dbias[c] = from_float<floatX>(to_float(dbias[c]) + s);
 }
 
-// gelu_aux != nullptr: inp was gelu(pre), gelu_aux is what the fused forward kept of pre (the same engine and
-// keep_pre), and dinp is multiplied by gelu'(pre) in the epilogue (CUBLASLT_EPILOGUE_DGELU, or the wgmma engine's,
-// as gelu_matmul_engine(engine, C, OC) picks).
+// pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU, or the
+// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks).
 inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void* ws, const floatX* dout,
-                                  const floatX* inp, const floatX* w, const floatX* gelu_aux, int N, int C, int OC,
-                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best, bool keep_pre = false) {
-    const bool wgmma = gelu_aux && gelu_matmul_engine(engine, C, OC) == MatmulEngine::wgmma;
+                                  const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
+                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best) {
+    const bool wgmma = pre_gelu && gelu_matmul_engine(engine, C, OC) == MatmulEngine::wgmma;
 #if !defined(ENABLE_FP32)
-    if (wgmma) matmul_backward_dgelu_wgmma(dinp, gelu_aux, dout, w, N, C, OC, !keep_pre, stream);
+    if (wgmma) matmul_backward_dgelu_wgmma(dinp, pre_gelu, dout, w, N, C, OC, stream);
 #endif
     // dinp^T (C, N) = (w as (C,OC)) @ (dout as (OC,N))
     if (!wgmma)
         cublaslt_matmul(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
-                        gelu_aux ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_aux, C, stream);
+                        pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, pre_gelu, C, stream);
     // dw^T (C, OC) += (inp as (C,N)) @ (dout as (OC,N))^T
     cublaslt_matmul(dw, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
                     0, stream);

@@ -103,7 +103,7 @@ struct ActivationTensors {
     floatX* ln2;        // (L, B, T, C)
     float* ln2_mean;    // (L, B, T)
     float* ln2_rstd;    // (L, B, T)
-    floatX* fch;        // (L, B, T, 4C)   fc output before GELU, or gelu' of it (gelu_aux_kind): for the backward
+    floatX* fch;        // (L, B, T, 4C)   fc output before GELU
     floatX* fch_gelu;   // (L, B, T, 4C); with recompute (B, T, 4C): every block's, refilled by the backward
     floatX* residual3;  // (L, B, T, C)    x after the MLP block
     floatX* lnf;        // (B, T, C)
@@ -256,7 +256,7 @@ struct GPT2Model {
     }
 
     // What every layer op gets: this model's kernels, stream, workspace and profiler.
-    OpContext ops() const { return OpContext{ks, stream, ws, prof, recompute}; }
+    OpContext ops() const { return OpContext{ks, stream, ws, prof}; }
     // Layer l's slice of a per-layer buffer (L, B, T, k*C).
     template <class P>
     P* layer(P* base, int l, size_t per_row) const { return base + (size_t)l * B * T * per_row; }

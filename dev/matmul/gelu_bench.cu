@@ -1,14 +1,12 @@
-// The MLP's GELU matmuls: the wgmma engine (llmc/matmul/wgmma_gelu.cuh), with the aux it keeps by default
-// (gelu'(pre)) and with pre kept (-r 1), against cuBLASLt with the same fused epilogue (GELU_AUX_BIAS forward, DGELU
-// backward: pre kept) and against cuBLASLt's plain GEMM of the same shape (the bias epilogue forward, none
-// backward): what the epilogue costs each of them.
+// The MLP's GELU matmuls: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against cuBLASLt with the same fused
+// epilogue (GELU_AUX_BIAS forward, DGELU backward) and against cuBLASLt's plain GEMM of the same shape (the bias
+// epilogue forward, none backward): what the epilogue costs each of them.
 //   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
 //   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu),
 //   --odd (validates the odd shapes only, times nothing: small enough for compute-sanitizer)
 // Validation: sampled rows (the first, the last and 62 random ones), every column, against the double-precision
-// oracle (llmc/ref); every GPU path is judged, and the engine must meet the project's bf16 rule with cuBLASLt
-// in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp; for a gelu'(pre) aux, cuBLASLt's is
-// the error of the oracle's gelu' of cuBLASLt's pre). Outputs are poisoned with NaN first.
+// oracle (llmc/ref); both GPU paths are judged, and the engine must meet the project's bf16 rule with cuBLASLt
+// in the naive kernel's place (max error ≤ 2 × cuBLASLt's + half an ulp). Outputs are poisoned with NaN first.
 // Timing: dev/harness.cuh's benchmark (CUDA events, L2 flushed before each run, median).
 #include <cmath>
 #include <cstdio>
@@ -33,15 +31,8 @@ struct Shape {
 
 struct Buffers {
     std::vector<uint16_t> a, w, bias, pre_in;  // host copies (bf16 bits)
-    bf16 *da, *dw, *dbias, *dpre_in, *dgrad_in, *dout, *dpre;  // dgrad_in: gelu'(pre_in), the backward's other aux
+    bf16 *da, *dw, *dbias, *dpre_in, *dout, *dpre;
 };
-
-// gelu'(x) by the oracle: its gelu backward (which adds) of a gradient of ones.
-static std::vector<double> gelu_grad(const std::vector<double>& x) {
-    std::vector<double> g(x.size(), 0.0), ones(x.size(), 1.0);
-    ref::gelu_backward<double>(g.data(), x.data(), ones.data(), x.size());
-    return g;
-}
 
 static bf16* upload(const std::vector<uint16_t>& h) {
     bf16* d;
@@ -68,35 +59,23 @@ static Buffers make_buffers(const Shape& s, std::mt19937& rng) {
     fill(b.w, (size_t)s.N * s.K, 2.0f / std::sqrt((float)s.K));  // pre of order 1: GELU's curved part
     fill(b.bias, s.N, 0.5f);
     fill(b.pre_in, (size_t)s.M * s.N, 3.0f);
-    std::vector<double> pre(b.pre_in.size());
-    for (size_t i = 0; i < pre.size(); i++) pre[i] = hn::bf16_to_float(b.pre_in[i]);
-    const std::vector<double> grad = gelu_grad(pre);
-    std::vector<uint16_t> grad_in(grad.size());
-    for (size_t i = 0; i < grad.size(); i++) grad_in[i] = hn::bf16_bits((float)grad[i]);
     b.da = upload(b.a), b.dw = upload(b.w), b.dbias = upload(b.bias), b.dpre_in = upload(b.pre_in);
-    b.dgrad_in = upload(grad_in);
     cudaCheck(cudaMalloc(&b.dout, (size_t)s.M * s.N * 2));
     cudaCheck(cudaMalloc(&b.dpre, (size_t)s.M * s.N * 2));
     return b;
 }
 static void free_buffers(Buffers& b) {
-    for (bf16* p : {b.da, b.dw, b.dbias, b.dpre_in, b.dgrad_in, b.dout, b.dpre}) cudaCheck(cudaFree(p));
+    for (bf16* p : {b.da, b.dw, b.dbias, b.dpre_in, b.dout, b.dpre}) cudaCheck(cudaFree(p));
 }
 
-// The paths: cuBLASLt (fused, or its plain GEMM), and the wgmma engine keeping gelu'(pre) or pre as its aux.
-enum Path { cublaslt_fused, wgmma_grad, wgmma_pre, cublaslt_plain };
-// The two passes. Forward: w is (N, K); backward: the same w bytes read as (K, N), dout = a.
-static void run_forward(Path v, const Shape& s, Buffers& b) {
-    if (v == wgmma_grad || v == wgmma_pre)
-        matmul_forward_gelu_wgmma(b.dout, b.dpre, b.da, b.dw, b.dbias, s.M, s.N, s.K, v == wgmma_grad, 0);
-    else matmul_forward_flash(b.dout, b.da, b.dw, b.dbias, s.M, s.K, s.N, v == cublaslt_fused ? b.dpre : nullptr, 0,
+// The two passes, by engine. Forward: w is (N, K); backward: the same w bytes read as (K, N), dout = a.
+static void run_forward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
+    if (engine) matmul_forward_gelu_wgmma(b.dout, b.dpre, b.da, b.dw, b.dbias, s.M, s.N, s.K, 0);
+    else matmul_forward_flash(b.dout, b.da, b.dw, b.dbias, s.M, s.K, s.N, fused ? b.dpre : nullptr, 0,
                               MatmulEngine::cublaslt);  // (the default engine on Hopper is the wgmma one)
 }
-static void run_backward(Path v, const Shape& s, Buffers& b) {
-    const bool fused = v == cublaslt_fused;
-    if (v == wgmma_grad || v == wgmma_pre)
-        matmul_backward_dgelu_wgmma(b.dout, v == wgmma_grad ? b.dgrad_in : b.dpre_in, b.da, b.dw, s.M, s.N, s.K,
-                                    v == wgmma_grad, 0);
+static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
+    if (engine) matmul_backward_dgelu_wgmma(b.dout, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
     else  // column-major: dpre^T (N, M) = (w as (N,K) col-major) @ (dout as (K,M))
         cublaslt_matmul(b.dout, b.dw, b.da, s.N, s.M, s.K, false, false, s.N, s.K, s.N, 0.0f,
                         fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr,
@@ -130,44 +109,31 @@ static bool validate(const Shape& s, Buffers& b, bool backward, std::mt19937& rn
         ref::matmul_forward<double>(ref_pre.data(), a_rows.data(), w.data(), bias.data(), R, s.K, s.N);
         ref::gelu_forward<double>(ref_out.data(), ref_pre.data(), R * s.N);
     }
-    const std::vector<double> ref_grad = backward ? std::vector<double>{} : gelu_grad(ref_pre);
-    // [path][out, aux]; err_cublaslt_grad: cuBLASLt's pre through the oracle's gelu', the baseline for a gelu' aux
-    rule::ErrorStats err[3][2], err_cublaslt_grad;
-    for (Path v : {cublaslt_fused, wgmma_grad, wgmma_pre}) {
+    rule::ErrorStats err[2][2];  // [engine][out, pre]
+    for (int engine = 0; engine < 2; engine++) {
         hn::poison(b.dout, (size_t)s.M * s.N * 2, 0);
         hn::poison(b.dpre, (size_t)s.M * s.N * 2, 0);
-        backward ? run_backward(v, s, b) : run_forward(v, s, b);
+        backward ? run_backward(engine, s, b) : run_forward(engine, s, b);
         cudaCheck(cudaDeviceSynchronize());
         for (int t = 0; t < (backward ? 1 : 2); t++) {
             const std::vector<float> got = download(t == 0 ? b.dout : b.dpre, (size_t)s.M * s.N);
-            const std::vector<double>& want = t == 0 ? ref_out : v == wgmma_grad ? ref_grad : ref_pre;
-            rule::ErrorAccumulator acc, acc_grad;
+            rule::ErrorAccumulator acc;
             for (float g : got)
                 if (!std::isfinite(g)) acc.s.nonfinite++;  // anywhere in the output, sampled or not
-            std::vector<double> sampled(rows.size() * s.N);
             for (size_t i = 0; i < rows.size(); i++)
-                for (int c = 0; c < s.N; c++) sampled[i * s.N + c] = got[(size_t)rows[i] * s.N + c];
-            for (size_t i = 0; i < sampled.size(); i++) acc.add(sampled[i], want[i], i);
-            err[v][t] = acc.finish();
-            if (v == cublaslt_fused && t == 1) {
-                const std::vector<double> g = gelu_grad(sampled);
-                for (size_t i = 0; i < g.size(); i++) acc_grad.add(g[i], ref_grad[i], i);
-                err_cublaslt_grad = acc_grad.finish();
-            }
+                for (int c = 0; c < s.N; c++)
+                    acc.add(got[(size_t)rows[i] * s.N + c], (t == 0 ? ref_out : ref_pre)[i * s.N + c], i * s.N + c);
+            err[engine][t] = acc.finish();
         }
     }
     bool ok = true;
-    for (Path v : {wgmma_grad, wgmma_pre})
-        for (int t = 0; t < (backward ? 1 : 2); t++) {
-            const rule::ErrorStats& base = t == 1 && v == wgmma_grad ? err_cublaslt_grad : err[cublaslt_fused][t];
-            const bool pass = rule::bf16_ok(err[v][t], base, true);
-            ok = ok && pass;
-            printf("  %-8s %-4s (wgmma, aux %-5s) M %6d N %5d K %5d  %zu rows: wgmma max %.3e rel %.2e | cuBLASLt max "
-                   "%.3e rel %.2e  %s\n",
-                   backward ? "backward" : "forward", t == 0 ? "out" : "aux", v == wgmma_grad ? "gelu'" : "pre", s.M,
-                   s.N, s.K, rows.size(), err[v][t].max_abs, err[v][t].rel, base.max_abs, base.rel,
-                   pass ? "ok" : "FAIL");
-        }
+    for (int t = 0; t < (backward ? 1 : 2); t++) {
+        const bool pass = rule::bf16_ok(err[1][t], err[0][t], true);
+        ok = ok && pass;
+        printf("  %-8s %-4s M %6d N %5d K %5d  %zu rows: wgmma max %.3e rel %.2e | cuBLASLt max %.3e rel %.2e  %s\n",
+               backward ? "backward" : "forward", t == 0 ? "out" : "pre", s.M, s.N, s.K, rows.size(), err[1][t].max_abs,
+               err[1][t].rel, err[0][t].max_abs, err[0][t].rel, pass ? "ok" : "FAIL");
+    }
     return ok;
 }
 
@@ -205,28 +171,28 @@ static int bench_main(int argc, char** argv) {
     if (only_odd) return 0;
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    std::string table = std::string("The MLP's GELU matmuls, bf16: the wgmma engine (llmc/matmul/wgmma_gelu.cuh), keeping "
-        "gelu'(pre) for the backward (the default) or pre (-r 1), against cuBLASLt with the same fused epilogue "
-        "(GELU_AUX_BIAS, DGELU; pre kept) and cuBLASLt's plain GEMM of the shape (bias only; none). Card: ") +
-        prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
+    std::string table = std::string("The MLP's GELU matmuls, bf16: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against "
+        "cuBLASLt with the same fused epilogue (GELU_AUX_BIAS, DGELU) and cuBLASLt's plain GEMM of the shape (bias "
+        "only; none). Card: ") + prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
         "; CUDA events, median, L2 flushed before each run; % of the " + PEAK_BF16_NAME + ".\n\n"
-        "| shape (M, N, K) | model | pass | wgmma (ms) | wgmma, pre kept (ms) | cuBLASLt fused (ms) | "
-        "cuBLASLt plain (ms) | wgmma TFLOP/s | % of peak | fused ÷ wgmma |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n";
+        "| shape (M, N, K) | model | pass | wgmma (ms) | cuBLASLt fused (ms) | cuBLASLt plain (ms) | wgmma TFLOP/s | "
+        "% of peak | fused ÷ wgmma |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n";
     for (const Shape& s : gpt2) {
         if (only_first && &s != &gpt2[0]) break;
         Buffers b = make_buffers(s, rng);
         for (int backward = 0; backward < 2; backward++) {
-            double ms[4];
-            for (Path v : {wgmma_grad, wgmma_pre, cublaslt_fused, cublaslt_plain}) {
-                auto launch = [&] { backward ? run_backward(v, s, b) : run_forward(v, s, b); };
+            double ms[3];
+            for (int v = 0; v < 3; v++) {  // wgmma, cuBLASLt fused, cuBLASLt plain
+                auto launch = [&] {
+                    backward ? run_backward(v == 0, s, b, v < 2) : run_forward(v == 0, s, b, v < 2);
+                };
                 ms[v] = hn::benchmark(launch, 0).median_ms;
             }
             char line[256];
-            const double tflops = 2.0 * s.M * s.N * s.K / (ms[wgmma_grad] * 1e9);
-            snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× |\n",
-                     s.M, s.N, s.K, s.what, backward ? "backward (DGELU)" : "forward (GELU, bias)", ms[wgmma_grad],
-                     ms[wgmma_pre], ms[cublaslt_fused], ms[cublaslt_plain], tflops, 100.0 * tflops / PEAK_BF16_TFLOPS,
-                     ms[cublaslt_fused] / ms[wgmma_grad]);
+            const double tflops = 2.0 * s.M * s.N * s.K / (ms[0] * 1e9);
+            snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× |\n",
+                     s.M, s.N, s.K, s.what, backward ? "backward (DGELU)" : "forward (GELU, bias)", ms[0], ms[1], ms[2],
+                     tflops, 100.0 * tflops / PEAK_BF16_TFLOPS, ms[1] / ms[0]);
             table += line;
         }
         free_buffers(b);

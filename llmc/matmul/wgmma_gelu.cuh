@@ -1,19 +1,14 @@
 // The MLP's two GELU matmuls on Hopper, GELU applied to the fp32 accumulator (engine `wgmma`, BF16 builds on
 // sm_90a). Both have the shape (N rows, 4C columns, C deep):
-//   forward   pre = inp · fcwᵀ + fcb,  out = gelu(pre),  aux = gelu'(pre) or pre    inp (N, C), fcw (4C, C): K-major
-//   backward  dpre = (dout · fcprojw) ∘ gelu'(pre), from aux                        dout (N, C), fcprojw (C, 4C):
-//                                                                                   B is MN-major
-// aux is what the forward keeps for the backward. Its default is gelu'(pre) itself, computed from the same tanh as
-// gelu(pre) and rounded once, so that the backward's epilogue is one multiply; it is pre (aux_grad off) only when
-// the caller reads pre (the trainer's -r 1 recomputes gelu(pre) from it), and then the backward's helper warps
-// turn pre into gelu'(pre) first.
+//   forward   pre = inp · fcwᵀ + fcb,  out = gelu(pre)        inp (N, C), fcw (4C, C): both K-major
+//   backward  dpre = (dout · fcprojw) ∘ gelu'(pre)             dout (N, C), fcprojw (C, 4C): B is MN-major
 // cuBLASLt fuses the same epilogues (GELU_AUX_BIAS, DGELU), but its kernels for them are slower than its plain
 // GEMM by more than the bytes they add (doc/kernels.md, gelu). One persistent, warp-specialized kernel
 // (FlashAttention-3's and CUTLASS's structure, as in llmc/attention/wgmma_forward*.cuh):
 //   producer warp 0      one thread streams the k-slices of A (BM × BK) and B (BN × BK) through a ring of
 //                        STAGES shared-memory slots with TMA (128-byte swizzle; rows past the end arrive as 0)
-//   helper warps 1-3     backward from pre only: turn the tile's pre, which a consumer TMA-loads during the
-//                        mainloop, into gelu'(pre) in place (bf16), so the consumers' epilogue is one multiply
+//   helper warps 1-3     backward only: turn the tile's pre, which a consumer TMA-loads during the mainloop,
+//                        into gelu'(pre) in place (bf16), so the consumers' epilogue is one multiply
 //   2 consumer warpgroups each owns 64 rows of the BM × BN = 128 × 256 tile: one m64n256k16 wgmma per 16 of k,
 //                        a 64 × 256 fp32 accumulator in 128 registers; the epilogue writes bf16 64 × 64 boxes
 //                        into 128-byte-swizzled shared memory and TMA stores copy them out while the
@@ -47,7 +42,7 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int BOX = 64 * 64 * 2;                                 // one 64 × 64 bf16 output box, 8 KB
 constexpr int SLOTS_BYTES = (BN / 64) * BOX;                     // per consumer: 4 boxes, a backward 64 × 256 slice
 constexpr int OUT_OFF = STAGES * STAGE_BYTES;
-constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], aux_full[2], ready[2]
+constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
 constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
@@ -61,13 +56,12 @@ enum class Epilogue { gelu_forward, gelu_backward };
 
 struct Problem {
     bf16* out;          // (M, N): gelu(pre) forward, dpre backward
-    bf16* aux;          // (M, N): written forward, read backward: gelu'(pre) if aux_grad, else pre
+    bf16* pre;          // (M, N): written forward, read backward
     const bf16* bias;   // (N) forward, or nullptr
     int M, N, K;
-    bool aux_grad;
 };
-struct Maps {           // TMA maps of out and aux, boxes of 64 × 64, 128-byte swizzle
-    const CUtensorMap *out, *aux;
+struct Maps {           // TMA maps of out and pre, boxes of 64 × 64, 128-byte swizzle
+    const CUtensorMap *out, *pre;
 };
 
 // tanh on the SFU (PTX tanh.approx.f32, max relative error about 2^-11): the result is rounded to bf16 anyway.
@@ -77,15 +71,15 @@ __device__ __forceinline__ float tanh_approx(float x) {
     return y;
 }
 // gelu(x) = hx + hx tanh(u) with hx = x / 2 and u = x (S + S C x²): five FMA-pipe operations and one tanh.
-// gelu'(x) = (1 + tanh u) / 2 + hx (1 − tanh² u) u',  u' = S + 3 S C x²: both from the one th = tanh u.
+// gelu'(x) = (1 + tanh u) / 2 + hx (1 − tanh² u) u',  u' = S + 3 S C x².
 constexpr float GELU_S = GELU_SCALE, GELU_SC = GELU_SCALE * 0.044715f;
-__device__ __forceinline__ float gelu_tanh(float x) { return tanh_approx(x * fmaf(GELU_SC * x, x, GELU_S)); }
-__device__ __forceinline__ float gelu_from(float x, float th) {
-    const float hx = 0.5f * x;
+__device__ __forceinline__ float gelu_acc(float x) {
+    const float hx = 0.5f * x, th = tanh_approx(x * fmaf(GELU_SC * x, x, GELU_S));
     return fmaf(hx, th, hx);
 }
-__device__ __forceinline__ float gelu_grad_from(float x, float th) {
-    const float du = fmaf(3.0f * GELU_SC * x, x, GELU_S), sech2 = fmaf(-th, th, 1.0f);
+__device__ __forceinline__ float gelu_grad_acc(float x) {
+    const float x2 = x * x, th = tanh_approx(x * fmaf(GELU_SC, x2, GELU_S));
+    const float du = fmaf(3.0f * GELU_SC, x2, GELU_S), sech2 = fmaf(-th, th, 1.0f);
     return fmaf(0.5f * x * sech2, du, fmaf(0.5f, th, 0.5f));
 }
 
@@ -117,7 +111,7 @@ struct Bars {  // the mbarriers after the ring's full[STAGES] and empty[STAGES]
     uint32_t base;
     __device__ uint32_t full(int s) const { return base + BAR_OFF + 8 * s; }              // producer → consumers
     __device__ uint32_t empty(int s) const { return base + BAR_OFF + 8 * (STAGES + s); }  // consumers → producer
-    __device__ uint32_t aux_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 8 * cw; }  // TMA → helpers/cw
+    __device__ uint32_t pre_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 8 * cw; }  // TMA → helpers
     __device__ uint32_t ready(int cw) const { return base + BAR_OFF + 16 * STAGES + 16 + 8 * cw; }  // helpers → cw
 };
 
@@ -149,12 +143,12 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensor
     }
 }
 
-// ---- the helpers (backward from pre): warps 1-3 of the producer warpgroup, 96 threads on the producer's registers
+// ---- the helpers (backward): warps 1-3 of the producer warpgroup, 96 threads on the producer's registers ----
 // For each tile and consumer: wait for the slice's pre (64 × 256, TMA-loaded into the consumer's slots), overwrite
 // it with gelu'(pre) in bf16 (elementwise, so the swizzle does not matter), and release it to the consumer.
 __device__ __forceinline__ uint32_t gelu_grad_pair(uint32_t u) {
     const float2 x = unpack_bf16(u);
-    return pack_bf16(gelu_grad_from(x.x, gelu_tanh(x.x)), gelu_grad_from(x.y, gelu_tanh(x.y)));
+    return pack_bf16(gelu_grad_acc(x.x), gelu_grad_acc(x.y));
 }
 __device__ __forceinline__ void helpers(uint32_t base, int total) {
     const Bars bars{base};
@@ -162,7 +156,7 @@ __device__ __forceinline__ void helpers(uint32_t base, int total) {
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++)
         for (int cw = 0; cw < 2; cw++) {
             const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
-            hp::mbar_wait(bars.aux_full(cw), n_tile & 1);  // the tile's pre has landed
+            hp::mbar_wait(bars.pre_full(cw), n_tile & 1);  // the tile's pre has landed
             for (int q = threadIdx.x - 32; q < SLOTS_BYTES / 16; q += 96) {
                 uint4 v = ld_shared_v4(slots + q * 16);
                 v.x = gelu_grad_pair(v.x), v.y = gelu_grad_pair(v.y), v.z = gelu_grad_pair(v.z), v.w = gelu_grad_pair(v.w);
@@ -175,16 +169,16 @@ __device__ __forceinline__ void helpers(uint32_t base, int total) {
 
 // ---- the consumers' epilogues: acc[j][2h + e] is row 16 wq + g + 8h of the slice, column n0 + 8j + 2t + e ----
 // Only the leader thread issues TMA stores and waits for them: bulk groups belong to the thread that commits them.
-// Forward: column block ci (64 columns) goes out as two boxes, aux (gelu'(pre) or pre, bias added) and gelu(pre) of
-// the fp32 value, through slot pair ci % 2; before writing a pair, the leader waits until the copies of block
-// ci − 2 (or of the last tile) have read it.
+// Forward: column block ci (64 columns) goes out as two boxes, pre (bias added) and gelu(pre) of the fp32 value,
+// through slot pair ci % 2; before writing a pair, the leader waits until the copies of block ci − 2 (or of the
+// last tile) have read it.
 __device__ __forceinline__ void epilogue_forward(float (&acc)[BN / 8][4], const Problem& p, const Maps& mp,
                                                  uint32_t slots, int cw, int m0, int n0, int wq, int g, int t) {
     const bool leader = threadIdx.x % 128 == 0;
     const int row0 = wq * 16 + g;  // this thread's rows of the slice: row0, row0 + 8
 #pragma unroll
     for (int ci = 0; ci < BN / 64; ci++) {
-        const uint32_t s_aux = slots + (ci % 2) * 2 * BOX, s_out = s_aux + BOX;
+        const uint32_t s_pre = slots + (ci % 2) * 2 * BOX, s_out = s_pre + BOX;
         uint32_t bias2[8];  // this block's bias pairs, loaded before the wait below
 #pragma unroll
         for (int cj = 0; cj < 8; cj++) {
@@ -200,29 +194,27 @@ __device__ __forceinline__ void epilogue_forward(float (&acc)[BN / 8][4], const 
             for (int h = 0; h < 2; h++) {
                 const int j = ci * 8 + cj;
                 const float x0 = acc[j][2 * h] + bias.x, x1 = acc[j][2 * h + 1] + bias.y;
-                const float th0 = gelu_tanh(x0), th1 = gelu_tanh(x1);
                 const uint32_t at = swizzled(0, row0 + 8 * h, cj) + 4 * t;
-                st_pair(s_aux + at, p.aux_grad ? pack_bf16(gelu_grad_from(x0, th0), gelu_grad_from(x1, th1))
-                                               : pack_bf16(x0, x1));
-                st_pair(s_out + at, pack_bf16(gelu_from(x0, th0), gelu_from(x1, th1)));
+                st_pair(s_pre + at, pack_bf16(x0, x1));
+                st_pair(s_out + at, pack_bf16(gelu_acc(x0), gelu_acc(x1)));
             }
         }
         hp::fence_proxy_async();
         hp::bar_sync(1 + cw, 128);  // every thread's part of both boxes is written and visible to TMA
         if (leader) {  // parts of a box past M or N are not written
-            hp::tma_store_2d(mp.aux, s_aux, n0 + 64 * ci, m0);
+            hp::tma_store_2d(mp.pre, s_pre, n0 + 64 * ci, m0);
             hp::tma_store_2d(mp.out, s_out, n0 + 64 * ci, m0);
             hp::bulk_commit();
         }
     }
 }
-// Backward: the slots hold gelu'(pre), as TMA brought it in (aux_grad) or from the helpers; dpre = acc · gelu'(pre)
-// is written over it in place and leaves as four boxes.
+// Backward: the slots hold gelu'(pre) from the helpers; dpre = acc · gelu'(pre) is written over it in place and
+// leaves as four boxes.
 __device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Maps& mp, uint32_t slots,
                                                   uint32_t ready, int n_tile, int cw, int m0, int n0, int wq, int g,
                                                   int t) {
     const int row0 = wq * 16 + g;
-    hp::mbar_wait(ready, n_tile & 1);  // this tile's gelu'(pre) is in the slots
+    hp::mbar_wait(ready, n_tile & 1);  // the helpers have turned this tile's pre into gelu'(pre)
 #pragma unroll
     for (int ci = 0; ci < BN / 64; ci++)
 #pragma unroll
@@ -273,13 +265,13 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
             }
             hp::wgmma_commit();
             if (E == Epilogue::gelu_backward && kb == min(2, k_steps - 1) && leader) {
-                // the wgmmas run: fetch the slice's aux meanwhile (for the helpers, if it is pre), once the last
-                // tile's dpre copies have read the slots
+                // the wgmmas run: fetch the slice's pre for the helpers meanwhile, once the last tile's dpre
+                // copies have read the slots
                 hp::bulk_wait_read<0>();
-                hp::mbar_arrive_expect_tx(bars.aux_full(cw), SLOTS_BYTES);
+                hp::mbar_arrive_expect_tx(bars.pre_full(cw), SLOTS_BYTES);
 #pragma unroll
                 for (int ci = 0; ci < BN / 64; ci++)
-                    hp::tma_load_2d(slots + ci * BOX, mp.aux, bars.aux_full(cw), n0 + 64 * ci, m0);
+                    hp::tma_load_2d(slots + ci * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * ci, m0);
             }
             if (kb > 0) {  // the previous slice's wgmmas are done: give its slot back (one arrival per warp)
                 hp::wgmma_wait<1>();
@@ -290,8 +282,7 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
         if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
         hp::fence_regs(acc);
         if constexpr (E == Epilogue::gelu_forward) epilogue_forward(acc, p, mp, slots, cw, m0, n0, wq, g, t);
-        else epilogue_backward(acc, mp, slots, p.aux_grad ? bars.aux_full(cw) : bars.ready(cw), n_tile, cw, m0, n0,
-                               wq, g, t);
+        else epilogue_backward(acc, mp, slots, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
     }
     if (leader) hp::bulk_wait<0>();  // every copy out has finished before the block's shared memory goes
 }
@@ -299,7 +290,7 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
 
 template <Epilogue E>
 __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUtensorMap& tm_b,
-                                            const CUtensorMap& tm_out, const CUtensorMap& tm_aux, const Problem& p) {
+                                            const CUtensorMap& tm_out, const CUtensorMap& tm_pre, const Problem& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t base = (hp::smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -310,7 +301,7 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
             hp::mbar_init(bars.empty(s), 8);  // one arrival per consumer warp
         }
         for (int cw = 0; cw < 2; cw++) {
-            hp::mbar_init(bars.aux_full(cw), 1);  // the consumer leader's expect_tx arrival
+            hp::mbar_init(bars.pre_full(cw), 1);  // the consumer leader's expect_tx arrival
             hp::mbar_init(bars.ready(cw), 3);     // one arrival per helper warp
         }
         hp::fence_barrier_init();
@@ -320,29 +311,29 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform
     if (wg == 0) {
         producer<E>(&tm_a, &tm_b, base, tiles_n, total, k_steps);
-        if (E == Epilogue::gelu_backward && threadIdx.x >= 32 && !p.aux_grad) helpers(base, total);
+        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, total);
     } else {
-        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_aux}, tiles_n, total, k_steps);
+        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, tiles_n, total, k_steps);
     }
 #else
-    (void)tm_a, (void)tm_b, (void)tm_out, (void)tm_aux, (void)p;  // no sm_90a code: launches are refused on the host
+    (void)tm_a, (void)tm_b, (void)tm_out, (void)tm_pre, (void)p;  // no sm_90a code: launches are refused on the host
 #endif
 }
 
 // One kernel per pass, so profiles name the pass that ran (static: this header is in several translation units).
 static __global__ void __launch_bounds__(THREADS, 1)
 matmul_forward_gelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                                 const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_aux,
+                                 const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_pre,
                                  const Problem p) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    kernel_body<Epilogue::gelu_forward>(tm_a, tm_b, tm_out, tm_aux, p);
+    kernel_body<Epilogue::gelu_forward>(tm_a, tm_b, tm_out, tm_pre, p);
 }
 static __global__ void __launch_bounds__(THREADS, 1)
 matmul_backward_dgelu_wgmma_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                                    const __grid_constant__ CUtensorMap tm_out,
-                                   const __grid_constant__ CUtensorMap tm_aux, const Problem p) {
+                                   const __grid_constant__ CUtensorMap tm_pre, const Problem p) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    kernel_body<Epilogue::gelu_backward>(tm_a, tm_b, tm_out, tm_aux, p);
+    kernel_body<Epilogue::gelu_backward>(tm_a, tm_b, tm_out, tm_pre, p);
 }
 
 // A row-major (rows, cols) bf16 matrix as a map with boxes of box_rows × box_cols.
@@ -353,16 +344,16 @@ inline CUtensorMap matrix_map(const void* base, int rows, int cols, int box_rows
 }
 
 template <Epilogue E>
-void launch(bf16* out, const bf16* aux, const bf16* a, const bf16* w, const bf16* bias, int M, int N, int K,
-            bool aux_grad, cudaStream_t stream) {
+void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, int M, int N, int K,
+            cudaStream_t stream) {
     const CUtensorMap ma = matrix_map(a, M, K, BM, BK);
     const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN, BK) : matrix_map(w, K, N, BK, 64);
-    const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mx = matrix_map(aux, M, N, 64, 64);
+    const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mp = matrix_map(pre, M, N, 64, 64);
     auto kernel = E == Epilogue::gelu_forward ? matmul_forward_gelu_wgmma_kernel : matmul_backward_dgelu_wgmma_kernel;
     allow_shared_memory(kernel, SMEM);
     const int total = ceil_div(M, BM) * ceil_div(N, BN);
-    launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mx,
-                     Problem{out, const_cast<bf16*>(aux), bias, M, N, K, aux_grad});
+    launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mp,
+                     Problem{out, const_cast<bf16*>(pre), bias, M, N, K});
 }
 
 }  // namespace wgmma_matmul
@@ -372,27 +363,23 @@ inline bool matmul_gelu_wgmma_supports(int N, int K) {
     return N % 8 == 0 && K % 8 == 0 && hopper::sm90a_available();
 }
 
-// Forward: pre (M, N) = inp (M, K) · w (N, K)ᵀ + bias, out = gelu(pre), aux = gelu'(pre) if aux_grad, else pre.
-// Launches only.
-inline void matmul_forward_gelu_wgmma(__nv_bfloat16* out, __nv_bfloat16* aux, const __nv_bfloat16* inp,
+// Forward: pre (M, N) = inp (M, K) · w (N, K)ᵀ + bias, out = gelu(pre). Launches only.
+inline void matmul_forward_gelu_wgmma(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* inp,
                                       const __nv_bfloat16* w, const __nv_bfloat16* bias, int M, int N, int K,
-                                      bool aux_grad, cudaStream_t stream) {
+                                      cudaStream_t stream) {
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_forward_gelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, aux, inp, w, bias, M, N, K, aux_grad, stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, pre, inp, w, bias, M, N, K, stream);
 }
 
-// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre), where aux is gelu'(pre) if aux_grad, else pre (the
-// forward's aux). Launches only.
-inline void matmul_backward_dgelu_wgmma(__nv_bfloat16* dpre, const __nv_bfloat16* aux, const __nv_bfloat16* dout,
-                                        const __nv_bfloat16* w, int M, int N, int K, bool aux_grad,
-                                        cudaStream_t stream) {
+// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre). Launches only.
+inline void matmul_backward_dgelu_wgmma(__nv_bfloat16* dpre, const __nv_bfloat16* pre, const __nv_bfloat16* dout,
+                                        const __nv_bfloat16* w, int M, int N, int K, cudaStream_t stream) {
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_backward_dgelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, aux, dout, w, nullptr, M, N, K, aux_grad,
-                                                                 stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, pre, dout, w, nullptr, M, N, K, stream);
 }
 
 }  // namespace flashgpt2

@@ -283,9 +283,8 @@ TEST_CASE("gelu: forward and backward (also in place), naive and flash") {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// One matmul configuration: with/without bias, with/without GELU (forward: matmul_gelu_forward, whose aux is pre or
-// gelu'(pre) as gelu_aux_kind says; backward: the input was gelu(pre_in), so dinp comes back times gelu'(pre_in),
-// given the aux of pre_in that the kernel set keeps).
+// One matmul configuration: with/without bias, with/without GELU (forward: matmul_gelu_forward; backward:
+// the input was gelu(pre_gelu), so dinp comes back times gelu'(pre_gelu)).
 static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, const std::string& what) {
     const int N = s.B * s.T;
     const std::string tag = what + " " + name_of(s) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
@@ -296,17 +295,10 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
     auto dout = random_x((size_t)N * OC, rng);
     auto dw0 = random_x((size_t)OC * C, rng), db0 = bias ? random_x(OC, rng) : std::vector<double>{};
 
-    // gelu'(x) by the oracle: its gelu backward (which adds) of a gradient of ones
-    auto gelu_grad = [](const std::vector<double>& x) {
-        std::vector<double> g(x.size(), 0.0), ones(x.size(), 1.0);
-        ref::gelu_backward(g.data(), x.data(), ones.data(), x.size());
-        return g;
-    };
-    // forward oracle: out = inp w^T + b, gelu(out), and gelu'(out) (the aux of the sets that keep it)
+    // forward oracle: out = inp w^T + b, and gelu(out)
     std::vector<double> out_ref((size_t)N * OC), gelu_ref((size_t)N * OC);
     ref::matmul_forward(out_ref.data(), inp.data(), w.data(), bias ? bvec.data() : nullptr, N, C, OC);
     ref::gelu_forward(gelu_ref.data(), out_ref.data(), N * OC);
-    const std::vector<double> grad_ref = gelu ? gelu_grad(out_ref) : std::vector<double>{};
     // backward oracle: dinp = (dout w) [* gelu'(pre_in)], dw += dout^T inp, db += colsum(dout)
     std::vector<double> bwd_inp = inp;
     if (gelu) {
@@ -322,37 +314,32 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
 
     Dev<floatX> d_inp(inp.size()), d_w(w.size()), d_b(std::max(1, bias ? OC : 0)), d_out(out_ref.size()),
         d_pre(out_ref.size()), d_dout(dout.size()), d_dinp(inp.size()), d_dw(w.size()), d_db(std::max(1, OC)),
-        d_pre_in(inp.size()), d_grad_in(inp.size()), d_bwd_inp(inp.size());
+        d_pre_in(inp.size()), d_bwd_inp(inp.size());
     Dev<char> ws(ws_bytes(s));
     put(d_inp, inp), put(d_w, w), put(d_dout, dout), put(d_pre_in, pre_in), put(d_bwd_inp, bwd_inp);
-    if (gelu) put(d_grad_in, rounded_x(gelu_grad(pre_in)));  // the backward's aux where gelu'(pre) is kept
     if (bias) put(d_b, bvec);
     const floatX* b_ptr = bias ? (const floatX*)d_b : nullptr;
 
-    // naive, flash, the mixed sets that split matmul+gelu fusions, flash with the GELU matmuls on cuBLASLt, and
-    // flash keeping pre (-r 1) (plain flash runs them on the wgmma engine where it can: the test below checks which)
+    // naive, flash, the mixed sets that split matmul+gelu fusions, and flash with the GELU matmuls on cuBLASLt
+    // (plain flash runs them on the wgmma engine where it can: the test below checks which)
     KernelSet mm_flash_gelu_naive, mm_naive_gelu_flash = KernelSet::all(Variant::naive), mm_cublaslt;
     mm_flash_gelu_naive.set("gelu", "naive");
     mm_naive_gelu_flash.set("gelu", "flash");
     mm_cublaslt.set("matmul", "flash:cublaslt");
-    const KernelSet sets[6] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash,
-                               mm_cublaslt, KernelSet{}};
-    std::vector<double> out[6], pre[6], dinp[6], dw[6], db[6];
-    bool grad_aux[6] = {};
+    const KernelSet sets[5] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash,
+                               mm_cublaslt};
+    std::vector<double> out[5], pre[5], dinp[5], dw[5], db[5];
     std::vector<unsigned char> first, first_db, first_out, first_dinp;
-    for (int k = 0; k < 7; k++) {  // k = 6: flash again, for determinism
-        OpContext ctx = ops(sets[k == 6 ? 1 : k], ws);
-        ctx.gelu_keep_pre = k == 5;
-        const bool grad = gelu && gelu_aux_kind(ctx, C, OC) == GeluAux::grad;
+    for (int k = 0; k < 6; k++) {  // k = 5: flash again, for determinism
+        const KernelSet& ks = sets[k == 5 ? 1 : k];
         d_out.poison(), d_pre.poison(), d_dinp.poison();
-        if (gelu) matmul_gelu_forward(ctx, d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC);
-        else matmul_forward(ctx, d_out, d_inp, d_w, b_ptr, N, C, OC);
+        if (gelu) matmul_gelu_forward(ops(ks), d_out, d_pre, d_inp, d_w, b_ptr, N, C, OC);
+        else matmul_forward(ops(ks), d_out, d_inp, d_w, b_ptr, N, C, OC);
         put(d_dw, dw0);
         if (bias) put(d_db, db0);
-        const floatX* aux_in = grad ? (const floatX*)d_grad_in : (const floatX*)d_pre_in;
-        matmul_backward(ctx, d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, d_dout, d_bwd_inp, d_w,
-                        gelu ? aux_in : nullptr, N, C, OC);
-        if (k == 6) {
+        matmul_backward(ops(ks, ws), d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, d_dout, d_bwd_inp, d_w,
+                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC);
+        if (k == 5) {
             CHECK_MESSAGE(first_out == bytes(d_out), "matmul forward (flash) is not deterministic " << tag);
             CHECK_MESSAGE(first_dinp == bytes(d_dinp), "matmul_backward_flash dinp is not deterministic " << tag);
             CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
@@ -360,19 +347,16 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
             break;
         }
         out[k] = get(d_out), dinp[k] = get(d_dinp), dw[k] = get(d_dw);
-        if (gelu) pre[k] = get(d_pre), grad_aux[k] = grad;
+        if (gelu) pre[k] = get(d_pre);
         if (bias) db[k] = get(d_db);
         if (k == 1) first = bytes(d_dw), first_db = bytes(d_db), first_out = bytes(d_out), first_dinp = bytes(d_dinp);
     }
-    const char* names[6] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)",
-                            " (matmul flash:cublaslt)", " (flash, pre kept)"};
-    for (int k = 1; k < 6; k++) {
+    const char* names[5] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)",
+                            " (matmul flash:cublaslt)"};
+    for (int k = 1; k < 5; k++) {
         if (!gelu && k > 1) break;  // without GELU the mixed sets are the plain matmul again
         check_naive_flash("matmul out " + tag + names[k], out[0], out[k], gelu ? gelu_ref : out_ref);
-        // the aux: pre, or gelu'(pre) judged against gelu' of the naive kernel's pre (what the naive backward uses)
-        if (gelu && !grad_aux[k]) check_naive_flash("matmul aux pre " + tag + names[k], pre[0], pre[k], out_ref);
-        if (gelu && grad_aux[k])
-            check_naive_flash("matmul aux gelu' " + tag + names[k], gelu_grad(pre[0]), pre[k], grad_ref);
+        if (gelu) check_naive_flash("matmul pre_gelu " + tag + names[k], pre[0], pre[k], out_ref);
         check_naive_flash("matmul dinp " + tag + names[k], dinp[0], dinp[k], dinp_ref);
         check_naive_flash("matmul dw " + tag + names[k], dw[0], dw[k], dw_ref);
         if (bias) check_naive_flash("matmul dbias " + tag + names[k], db[0], db[k], db_ref);
@@ -386,12 +370,6 @@ TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
         const bool wgmma = BF16_BUILD && device_is_sm90() && s.C % 8 == 0;
         CHECK_MESSAGE(gelu_matmul_engine(MatmulEngine::best, 4 * s.C, s.C) ==
                           (wgmma ? MatmulEngine::wgmma : MatmulEngine::cublaslt), "GELU matmul engine, C=" << s.C);
-        // and keep gelu'(pre) for the backward there, unless told to keep pre (-r 1)
-        OpContext keep_pre = ops(KernelSet{});
-        keep_pre.gelu_keep_pre = true;
-        CHECK_MESSAGE(gelu_aux_kind(ops(KernelSet{}), s.C, 4 * s.C) == (wgmma ? GeluAux::grad : GeluAux::pre),
-                      "GELU aux, C=" << s.C);
-        CHECK(gelu_aux_kind(keep_pre, s.C, 4 * s.C) == GeluAux::pre);
         check_matmul(s, s.C, 3 * s.C, true, false, "qkv");            // bias
         check_matmul(s, s.C, 4 * s.C, true, true, "fc+gelu");         // bias + GELU epilogue
         check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
