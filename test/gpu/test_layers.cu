@@ -548,6 +548,34 @@ TEST_CASE("adamw and the global gradient norm, naive and flash") {
     global_norm_squared(ops(KernelSet{}, ws), d_norm, d_grads, layout);
     CHECK(first == bytes(d_norm));
 
+    // The clip factor taken on the device from the norm² (hp.norm2, the trainer's way) against the same update
+    // with the factor computed here by llm.c's rule: the same bytes. A norm² that is NaN or infinite moves nothing.
+    const float clip = 1.5f;
+    for (int k = 0; k < 2; k++) {
+        const KernelSet ks = KernelSet::all(VARIANTS[k]);
+        auto step = [&](const AdamWHyper& h) {
+            put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
+            adamw_update(ops(ks), d_master, d_params, d_grads, d_m, d_v, layout, h);
+            return std::vector<std::vector<unsigned char>>{bytes(d_master), bytes(d_params), bytes(d_m), bytes(d_v)};
+        };
+        for (float norm2 : {4.0f, 0.36f, 7.3f}) {  // norm 2 and 2.70…: clipped; 0.6: not
+            AdamWHyper on_host = hp, on_device = hp;
+            const float norm = std::sqrt(norm2);
+            on_host.grad_scale = norm > clip ? clip / norm : 1.0f;
+            put(d_norm, std::vector<float>{norm2});
+            on_device.norm2 = d_norm, on_device.grad_clip = clip;
+            CHECK_MESSAGE(step(on_device) == step(on_host), variant_name(VARIANTS[k]), " norm² ", norm2);
+        }
+        put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
+        const std::vector<std::vector<unsigned char>> before{bytes(d_master), bytes(d_params), bytes(d_m), bytes(d_v)};
+        for (float bad : {NAN, INFINITY}) {
+            AdamWHyper on_device = hp;
+            put(d_norm, std::vector<float>{bad});
+            on_device.norm2 = d_norm, on_device.grad_clip = clip;
+            CHECK_MESSAGE(step(on_device) == before, variant_name(VARIANTS[k]), " norm² ", bad);
+        }
+    }
+
 #if defined(ENABLE_FP32)
     // FP32 build without master weights: params are updated in place.
     for (int k = 0; k < 2; k++) {
