@@ -284,8 +284,8 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
                 hp::bulk_wait_read<0>();
                 hp::mbar_arrive_expect_tx(bars.pre_full(cw), SLOTS_BYTES);
 #pragma unroll
-                for (int b = 0; b < TILE_BOXES; b++)
-                    hp::tma_load_2d(slots + b * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * (b % 2), m0 + 64 * (b / 2));
+                for (int bx = 0; bx < TILE_BOXES; bx++)
+                    hp::tma_load_2d(slots + bx * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * (bx % 2), m0 + 64 * (bx / 2));
             }
             if (kb > 0) {  // the previous slice's wgmmas are done: give its slot back (one arrival per warp)
                 hp::wgmma_wait<1>();
