@@ -109,8 +109,8 @@ struct StepRunner {
         before_prefetch = loader.state();  // the next step's first micro-batch, while the GPU runs the backward
         draw();
         prefetched = true;
-        // this rank's losses summed while the GPU runs the last backward, so that the host's loop over them is not
-        // between the norm's readback and the update; fixed order: deterministic
+        // this rank's losses summed while the GPU runs the last backward, so that the loss is known, and checked,
+        // before the backward ends; fixed order: deterministic
         cudaCheck(cudaEventSynchronize(losses_copied));
         double sum = 0.0;
         for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
