@@ -13,9 +13,10 @@
 //                        into gelu'(pre) in place (bf16), so the consumer's epilogue is one multiply
 //   2 consumer warpgroups take the block's tiles in turn (even ones, odd ones): each owns a whole BM × BN =
 //                        128 × 128 tile, two m64n128k16 wgmmas per 16 of k into two 64 × 128 fp32 accumulators
-//                        (128 registers). The ring hands out slices in tile order, so one warpgroup's mainloop
-//                        follows the other's, and a warpgroup's epilogue (bf16 64 × 64 boxes into 128-byte-
-//                        swizzled shared memory, TMA stores copy them out) runs while the other one multiplies
+//                        (128 registers). The ring hands out slices in tile order, and a warpgroup starts its
+//                        mainloop only when the other has taken its last slice (barrier `turn`), so a warpgroup's
+//                        epilogue (bf16 64 × 64 boxes into 128-byte-swizzled shared memory, TMA stores copy them
+//                        out) runs while the other one multiplies
 // The tiles go round-robin over one block per SM, column tile fastest: the blocks running together share rows of
 // A (in L2), and all of B (4C × C, a few MB) stays in L2.
 // What changed from the cooperative schedule before it (both warpgroups on one 128 × 256 tile, its measurements in
@@ -45,8 +46,8 @@ constexpr int BOX = 64 * 64 * 2;                                 // one 64 × 64
 constexpr int TILE_BOXES = (BM / 64) * (BN / 64);                // box (rh, ch) of a tile: rows 64 rh, columns 64 ch
 constexpr int SLOTS_BYTES = TILE_BOXES * BOX;                    // per consumer: a backward tile, 32 KB
 constexpr int OUT_OFF = STAGES * STAGE_BYTES;
-constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
-constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
+constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;  // full[STAGES], empty[STAGES], pre_full[2], ready[2], turn[2]
+constexpr int SMEM = BAR_OFF + 16 * STAGES + 48 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (6 stages do not fit)");
 static_assert(TILE_BOXES == 4, "a forward tile's two outputs leave through the slots' two pairs of boxes in turn");
@@ -124,6 +125,7 @@ struct Bars {  // the mbarriers after the ring's full[STAGES] and empty[STAGES]
     __device__ uint32_t empty(int s) const { return base + BAR_OFF + 8 * (STAGES + s); }  // consumer → producer
     __device__ uint32_t pre_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 8 * cw; }  // TMA → helpers
     __device__ uint32_t ready(int cw) const { return base + BAR_OFF + 16 * STAGES + 16 + 8 * cw; }  // helpers → cw
+    __device__ uint32_t turn(int cw) const { return base + BAR_OFF + 16 * STAGES + 32 + 8 * cw; }  // other → cw
 };
 
 // ---- the producer: one thread, every TMA copy; ring slot s = it % STAGES, its use number it / STAGES -----
@@ -261,6 +263,10 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
     for (int k = cw; ts.tile(k) < ts.total; k += 2, n_tile++) {
         const int m0 = ts.m0(ts.tile(k)), n0 = ts.n0(ts.tile(k));
         int it = k * ts.k_steps;  // the ring use of the tile's first slice (the producer's count)
+        // Wait until the other warpgroup has taken every slice of tile k − 1 (its ((k − 1) / 2)-th mainloop). A
+        // parity wait tells only two phases apart: without this turn, a warpgroup would wait on a slot's use two
+        // or more phases ahead, and take the other warpgroup's slice for its own.
+        if (k > 0) hp::mbar_wait(bars.turn(cw), ((k - 1) / 2) & 1);
         for (int kb = 0; kb < ts.k_steps; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t a = base + s * STAGE_BYTES, b = a + A_BYTES;
@@ -292,6 +298,7 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
                 if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
             }
         }
+        if (lane == 0) hp::mbar_arrive(bars.turn(1 - cw));  // this warp has waited for all its slices: the other's turn
         hp::wgmma_wait<0>();
         if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
         hp::fence_regs(acc[0]);
@@ -318,6 +325,7 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
         for (int cw = 0; cw < 2; cw++) {
             hp::mbar_init(bars.pre_full(cw), 1);  // the consumer leader's expect_tx arrival
             hp::mbar_init(bars.ready(cw), 3);     // one arrival per helper warp
+            hp::mbar_init(bars.turn(cw), 4);      // one arrival per warp of the other consumer
         }
         hp::fence_barrier_init();
     }

@@ -375,6 +375,11 @@ TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
         check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
         check_matmul(s, s.C, s.Vp, false, false, "lm head");          // no bias
     }
+    // More 128 × 128 tiles than an H100/H200 has SMs (18 × 21 = 378 for 132), 11 k-slices deep: each block of the
+    // GELU engine runs two or three tiles, its consumer warpgroups in turn, and ring slots are reused within a tile.
+    const Shape many{2, 1100, 648, 8, 300, 320};
+    check_matmul(many, many.C, 4 * many.C, true, true, "fc+gelu");
+    check_matmul(many, 4 * many.C, many.C, true, true, "fcproj(dgelu)");
 }
 
 // --matmul-algos: a call's algorithm comes from the table, one loaded from a file included, and a timed pick is
