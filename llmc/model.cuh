@@ -259,8 +259,13 @@ struct GPT2Model {
         apply_update(lr, beta1, beta2, eps, weight_decay, grad_clip, t);
         return grad_norm();
     }
-    // The fault nan-norm (llmc/fault.h): the queued norm² reads NaN (all bits set), for the update and the host.
-    void poison_grad_norm() { cudaCheck(cudaMemsetAsync(norm2, 0xff, sizeof(float), stream)); }
+    // The fault nan-norm (llmc/fault.h): the queued norm² reads NaN (all bits set), for the update and, copied
+    // again (grad_norm_async's copy was queued before this), for the host.
+    void poison_grad_norm() {
+        cudaCheck(cudaMemsetAsync(norm2, 0xff, sizeof(float), stream));
+        cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaEventRecord(norm2_copied, stream));
+    }
 
     // What every layer op gets: this model's kernels, stream, workspace and profiler.
     OpContext ops() const { return OpContext{ks, stream, ws, prof}; }
