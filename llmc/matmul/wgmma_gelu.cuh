@@ -3,26 +3,23 @@
 //   forward   pre = inp · fcwᵀ + fcb,  out = gelu(pre)        inp (N, C), fcw (4C, C): both K-major
 //   backward  dpre = (dout · fcprojw) ∘ gelu'(pre)             dout (N, C), fcprojw (C, 4C): B is MN-major
 // cuBLASLt fuses the same epilogues (GELU_AUX_BIAS, DGELU), but its kernels for them are slower than its plain
-// GEMM by more than the bytes they add (doc/kernels.md, gelu). One persistent, warp-specialized kernel with a
-// ping-pong schedule (CUTLASS's "Pingpong" Hopper kernel; FlashAttention-3 §3.1 schedules its two warpgroups the
-// same way):
-//   producer warp 0      one thread streams the k-slices of A (BM × BK) and B (BN × BK) of one tile after
-//                        another through a ring of STAGES shared-memory slots with TMA (128-byte swizzle; rows
-//                        past the end arrive as 0)
-//   helper warps 1-3     backward only: turn a tile's pre, which its consumer TMA-loads during the mainloop,
-//                        into gelu'(pre) in place (bf16), so the consumer's epilogue is one multiply
-//   2 consumer warpgroups take the block's tiles in turn (even ones, odd ones): each owns a whole BM × BN =
-//                        128 × 128 tile, two m64n128k16 wgmmas per 16 of k into two 64 × 128 fp32 accumulators
-//                        (128 registers). The ring hands out slices in tile order, and a warpgroup starts its
-//                        mainloop only when the other has taken its last slice (barrier `turn`), so a warpgroup's
-//                        epilogue (bf16 64 × 64 boxes into 128-byte-swizzled shared memory, TMA stores copy them
-//                        out) runs while the other one multiplies
+// GEMM by more than the bytes they add (doc/kernels.md, gelu). One persistent, warp-specialized kernel
+// (FlashAttention-3's and CUTLASS's structure, as in llmc/attention/wgmma_forward*.cuh):
+//   producer warp 0      one thread streams the k-slices of A (BM × BK) and B (BN × BK) through a ring of
+//                        STAGES shared-memory slots with TMA (128-byte swizzle; rows past the end arrive as 0)
+//   helper warps 1-3     backward only: turn the tile's pre, which a consumer TMA-loads during the mainloop,
+//                        into gelu'(pre) in place (bf16), so the consumers' epilogue is one multiply
+//   2 consumer warpgroups each owns 64 rows of the BM × BN = 128 × 256 tile: one m64n256k16 wgmma per 16 of k,
+//                        a 64 × 256 fp32 accumulator in 128 registers; the epilogue writes bf16 64 × 64 boxes
+//                        into 128-byte-swizzled shared memory and TMA stores copy them out while the
+//                        warpgroup goes on to its next tile
 // The tiles go round-robin over one block per SM, column tile fastest: the blocks running together share rows of
 // A (in L2), and all of B (4C × C, a few MB) stays in L2.
-// What changed from the cooperative schedule before it (both warpgroups on one 128 × 256 tile, its measurements in
-// doc/kernels.md): there the epilogue was not overlapped with wgmmas, since both warpgroups finished a tile
-// together. What it costs: a 128 × 128 tile reads 32 KB per 64 of k for half the products of the 128 × 256 tile's
-// 48 KB, a third more bytes from L2 per FLOP.
+// What is still slow (dev/matmul/gelu_bench.cu; doc/kernels.md has the measurements): the mainloop alone beats
+// cuBLAS's plain GEMM of the d12 shape, but the epilogue is not overlapped with wgmmas (both warpgroups finish a
+// tile together), and its 32 KB of boxes per warpgroup hold half of a forward tile's two outputs, so the forward
+// waits for its own copies to drain to memory. More boxes (a 2-slot ring) and clusters sharing B measured slower;
+// a ping-pong schedule, whose epilogue overlaps the other warpgroup's wgmmas, is what is left.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -38,19 +35,17 @@ namespace wgmma_matmul {
 using bf16 = __nv_bfloat16;
 namespace hp = flashgpt2::hopper;
 
-constexpr int BM = 128, BN = 128, BK = 64, STAGES = 5;           // tile, k-slice (64 bf16: the 128-byte swizzle)
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3;           // tile, k-slice (64 bf16: the 128-byte swizzle)
 constexpr int THREADS = 384;                                     // producer warpgroup + 2 consumer warpgroups
-constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;      // one ring slot: 16 KB of A, 16 KB of B
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;      // one ring slot: 16 KB of A, 32 KB of B
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int BOX = 64 * 64 * 2;                                 // one 64 × 64 bf16 output box, 8 KB
-constexpr int TILE_BOXES = (BM / 64) * (BN / 64);                // box (rh, ch) of a tile: rows 64 rh, columns 64 ch
-constexpr int SLOTS_BYTES = TILE_BOXES * BOX;                    // per consumer: a backward tile, 32 KB
+constexpr int SLOTS_BYTES = (BN / 64) * BOX;                     // per consumer: 4 boxes, a backward 64 × 256 slice
 constexpr int OUT_OFF = STAGES * STAGE_BYTES;
-constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;  // full[STAGES], empty[STAGES], pre_full[2], ready[2], turn[2]
-constexpr int SMEM = BAR_OFF + 16 * STAGES + 48 + 1024;          // + room to align the base to 1024 bytes
+constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
+constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (6 stages do not fit)");
-static_assert(TILE_BOXES == 4, "a forward tile's two outputs leave through the slots' two pairs of boxes in turn");
+static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
 // (PRODUCER_REGS 48 passed a check against the SM's 65536 registers and hung every launch: 168 × 384 is the budget)
 static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= hp::launch_regs(THREADS) * THREADS,
               "the block's registers at launch (setmaxnreg only moves them)");
@@ -67,13 +62,6 @@ struct Problem {
 };
 struct Maps {           // TMA maps of out and pre, boxes of 64 × 64, 128-byte swizzle
     const CUtensorMap *out, *pre;
-};
-// The block's tiles: its k-th is blockIdx.x + k · gridDim.x (consumer k % 2 takes it), column tile fastest.
-struct Tiles {
-    int tiles_n, total, k_steps;
-    __device__ int tile(int k) const { return blockIdx.x + k * gridDim.x; }
-    __device__ int m0(int tile) const { return tile / tiles_n * BM; }
-    __device__ int n0(int tile) const { return tile % tiles_n * BN; }
 };
 
 // tanh on the SFU (PTX tanh.approx.f32, max relative error about 2^-11): the result is rounded to bf16 anyway.
@@ -121,36 +109,34 @@ __device__ __forceinline__ uint32_t swizzled(uint32_t box, int row, int chunk) {
 }
 struct Bars {  // the mbarriers after the ring's full[STAGES] and empty[STAGES]
     uint32_t base;
-    __device__ uint32_t full(int s) const { return base + BAR_OFF + 8 * s; }              // producer → consumer
-    __device__ uint32_t empty(int s) const { return base + BAR_OFF + 8 * (STAGES + s); }  // consumer → producer
+    __device__ uint32_t full(int s) const { return base + BAR_OFF + 8 * s; }              // producer → consumers
+    __device__ uint32_t empty(int s) const { return base + BAR_OFF + 8 * (STAGES + s); }  // consumers → producer
     __device__ uint32_t pre_full(int cw) const { return base + BAR_OFF + 16 * STAGES + 8 * cw; }  // TMA → helpers
     __device__ uint32_t ready(int cw) const { return base + BAR_OFF + 16 * STAGES + 16 + 8 * cw; }  // helpers → cw
-    __device__ uint32_t turn(int cw) const { return base + BAR_OFF + 16 * STAGES + 32 + 8 * cw; }  // other → cw
 };
 
 // ---- the producer: one thread, every TMA copy; ring slot s = it % STAGES, its use number it / STAGES -----
-// Slice kb of the block's k-th tile is ring use it = k · k_steps + kb, whichever consumer takes the tile.
 template <Epilogue E>
 __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensorMap* tm_b, uint32_t base,
-                                         const Tiles& ts) {
+                                         int tiles_n, int total, int k_steps) {
     hp::setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x != 0) return;  // (warps 1-3 go on to the helpers' work, backward)
     hp::prefetch_tma_map(tm_a);
     hp::prefetch_tma_map(tm_b);
     int it = 0;
-    for (int k = 0; ts.tile(k) < ts.total; k++) {
-        const int m0 = ts.m0(ts.tile(k)), n0 = ts.n0(ts.tile(k));
-        for (int kb = 0; kb < ts.k_steps; kb++, it++) {
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+        const int m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
+        for (int kb = 0; kb < k_steps; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t a = base + s * STAGE_BYTES, b = a + A_BYTES, full = Bars{base}.full(s);
             hp::mbar_wait(Bars{base}.empty(s), ((it / STAGES) & 1) ^ 1);  // its last k-slice fully read
             hp::mbar_arrive_expect_tx(full, STAGE_BYTES);
             hp::tma_load_2d(a, tm_a, full, kb * BK, m0);                    // A rows m0.., k-slice kb
             if constexpr (E == Epilogue::gelu_forward) {
-                hp::tma_load_2d(b, tm_b, full, kb * BK, n0);                // B (N, K): 128 rows × 64 k
+                hp::tma_load_2d(b, tm_b, full, kb * BK, n0);                // B (N, K): 256 rows × 64 k
             } else {
 #pragma unroll
-                for (int p = 0; p < BN / 64; p++)                           // B (K, N): 2 panels of 64 k × 64 n
+                for (int p = 0; p < BN / 64; p++)                           // B (K, N): 4 panels of 64 k × 64 n
                     hp::tma_load_2d(b + p * 64 * 128, tm_b, full, n0 + 64 * p, kb * BK);
             }
         }
@@ -158,45 +144,45 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_a, const CUtensor
 }
 
 // ---- the helpers (backward): warps 1-3 of the producer warpgroup, 96 threads on the producer's registers ----
-// For each of the block's tiles in order: wait for its pre (128 × 128, TMA-loaded into its consumer's slots),
-// overwrite it with gelu'(pre) in bf16 (elementwise, so the swizzle does not matter), and release it.
+// For each tile and consumer: wait for the slice's pre (64 × 256, TMA-loaded into the consumer's slots), overwrite
+// it with gelu'(pre) in bf16 (elementwise, so the swizzle does not matter), and release it to the consumer.
 __device__ __forceinline__ uint32_t gelu_grad_pair(uint32_t u) {
     const float2 x = unpack_bf16(u);
     return pack_bf16(gelu_grad_acc(x.x), gelu_grad_acc(x.y));
 }
-__device__ __forceinline__ void helpers(uint32_t base, const Tiles& ts) {
+__device__ __forceinline__ void helpers(uint32_t base, int total) {
     const Bars bars{base};
-    for (int k = 0; ts.tile(k) < ts.total; k++) {
-        const int cw = k % 2;  // the tile's consumer; this is its (k / 2)-th tile
-        const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
-        hp::mbar_wait(bars.pre_full(cw), (k / 2) & 1);  // the tile's pre has landed
-        for (int q = threadIdx.x - 32; q < SLOTS_BYTES / 16; q += 96) {
-            uint4 v = ld_shared_v4(slots + q * 16);
-            v.x = gelu_grad_pair(v.x), v.y = gelu_grad_pair(v.y), v.z = gelu_grad_pair(v.z), v.w = gelu_grad_pair(v.w);
-            st_shared_v4(slots + q * 16, v);
+    int n_tile = 0;
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++)
+        for (int cw = 0; cw < 2; cw++) {
+            const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
+            hp::mbar_wait(bars.pre_full(cw), n_tile & 1);  // the tile's pre has landed
+            for (int q = threadIdx.x - 32; q < SLOTS_BYTES / 16; q += 96) {
+                uint4 v = ld_shared_v4(slots + q * 16);
+                v.x = gelu_grad_pair(v.x), v.y = gelu_grad_pair(v.y), v.z = gelu_grad_pair(v.z), v.w = gelu_grad_pair(v.w);
+                st_shared_v4(slots + q * 16, v);
+            }
+            __syncwarp();  // the warp's writes are done before its lane 0 releases them (one arrival per warp)
+            if (threadIdx.x % 32 == 0) hp::mbar_arrive(bars.ready(cw));
         }
-        __syncwarp();  // the warp's writes are done before its lane 0 releases them (one arrival per warp)
-        if (threadIdx.x % 32 == 0) hp::mbar_arrive(bars.ready(cw));
-    }
 }
 
-// ---- the consumers' epilogues: acc[rh][j][2h + e] is tile row 64 rh + 16 wq + g + 8h, column n0 + 8j + 2t + e ----
+// ---- the consumers' epilogues: acc[j][2h + e] is row 16 wq + g + 8h of the slice, column n0 + 8j + 2t + e ----
 // Only the leader thread issues TMA stores and waits for them: bulk groups belong to the thread that commits them.
-// Forward: box b = (rh, ch) goes out as two boxes, pre (bias added) and gelu(pre) of the fp32 value, through slot
-// pair b % 2; before writing a pair, the leader waits until the copies of box b − 2 (or of the last tile) have
-// read it.
-__device__ __forceinline__ void epilogue_forward(float (&acc)[2][BN / 8][4], const Problem& p, const Maps& mp,
+// Forward: column block ci (64 columns) goes out as two boxes, pre (bias added) and gelu(pre) of the fp32 value,
+// through slot pair ci % 2; before writing a pair, the leader waits until the copies of block ci − 2 (or of the
+// last tile) have read it.
+__device__ __forceinline__ void epilogue_forward(float (&acc)[BN / 8][4], const Problem& p, const Maps& mp,
                                                  uint32_t slots, int cw, int m0, int n0, int wq, int g, int t) {
     const bool leader = threadIdx.x % 128 == 0;
-    const int row0 = wq * 16 + g;  // this thread's rows of a box: row0, row0 + 8
+    const int row0 = wq * 16 + g;  // this thread's rows of the slice: row0, row0 + 8
 #pragma unroll
-    for (int b = 0; b < TILE_BOXES; b++) {
-        const int rh = b / 2, ch = b % 2;
-        const uint32_t s_pre = slots + (b % 2) * 2 * BOX, s_out = s_pre + BOX;
-        uint32_t bias2[8];  // this box's bias pairs, loaded before the wait below
+    for (int ci = 0; ci < BN / 64; ci++) {
+        const uint32_t s_pre = slots + (ci % 2) * 2 * BOX, s_out = s_pre + BOX;
+        uint32_t bias2[8];  // this block's bias pairs, loaded before the wait below
 #pragma unroll
         for (int cj = 0; cj < 8; cj++) {
-            const int c = min(n0 + 64 * ch + 8 * cj + 2 * t, p.N - 2);  // columns past N: computed, never stored
+            const int c = min(n0 + 8 * (ci * 8 + cj) + 2 * t, p.N - 2);  // columns past N: computed, never stored
             bias2[cj] = p.bias ? *reinterpret_cast<const uint32_t*>(p.bias + c) : 0u;
         }
         if (leader) hp::bulk_wait_read<1>();
@@ -206,8 +192,8 @@ __device__ __forceinline__ void epilogue_forward(float (&acc)[2][BN / 8][4], con
             const float2 bias = unpack_bf16(bias2[cj]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int j = ch * 8 + cj;
-                const float x0 = acc[rh][j][2 * h] + bias.x, x1 = acc[rh][j][2 * h + 1] + bias.y;
+                const int j = ci * 8 + cj;
+                const float x0 = acc[j][2 * h] + bias.x, x1 = acc[j][2 * h + 1] + bias.y;
                 const uint32_t at = swizzled(0, row0 + 8 * h, cj) + 4 * t;
                 st_pair(s_pre + at, pack_bf16(x0, x1));
                 st_pair(s_out + at, pack_bf16(gelu_acc(x0), gelu_acc(x1)));
@@ -216,93 +202,85 @@ __device__ __forceinline__ void epilogue_forward(float (&acc)[2][BN / 8][4], con
         hp::fence_proxy_async();
         hp::bar_sync(1 + cw, 128);  // every thread's part of both boxes is written and visible to TMA
         if (leader) {  // parts of a box past M or N are not written
-            hp::tma_store_2d(mp.pre, s_pre, n0 + 64 * ch, m0 + 64 * rh);
-            hp::tma_store_2d(mp.out, s_out, n0 + 64 * ch, m0 + 64 * rh);
+            hp::tma_store_2d(mp.pre, s_pre, n0 + 64 * ci, m0);
+            hp::tma_store_2d(mp.out, s_out, n0 + 64 * ci, m0);
             hp::bulk_commit();
         }
     }
 }
-// Backward: the slots hold the tile's gelu'(pre) from the helpers; dpre = acc · gelu'(pre) is written over it in
-// place and leaves as four boxes.
-__device__ __forceinline__ void epilogue_backward(float (&acc)[2][BN / 8][4], const Maps& mp, uint32_t slots,
+// Backward: the slots hold gelu'(pre) from the helpers; dpre = acc · gelu'(pre) is written over it in place and
+// leaves as four boxes.
+__device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Maps& mp, uint32_t slots,
                                                   uint32_t ready, int n_tile, int cw, int m0, int n0, int wq, int g,
                                                   int t) {
     const int row0 = wq * 16 + g;
     hp::mbar_wait(ready, n_tile & 1);  // the helpers have turned this tile's pre into gelu'(pre)
 #pragma unroll
-    for (int b = 0; b < TILE_BOXES; b++)
+    for (int ci = 0; ci < BN / 64; ci++)
 #pragma unroll
         for (int cj = 0; cj < 8; cj++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int rh = b / 2, j = (b % 2) * 8 + cj;
-                const uint32_t at = swizzled(slots + b * BOX, row0 + 8 * h, cj) + 4 * t;
+                const int j = ci * 8 + cj;
+                const uint32_t at = swizzled(slots + ci * BOX, row0 + 8 * h, cj) + 4 * t;
                 const float2 d = unpack_bf16(ld_pair(at));
-                st_pair(at, pack_bf16(acc[rh][j][2 * h] * d.x, acc[rh][j][2 * h + 1] * d.y));
+                st_pair(at, pack_bf16(acc[j][2 * h] * d.x, acc[j][2 * h + 1] * d.y));
             }
     hp::fence_proxy_async();
-    hp::bar_sync(1 + cw, 128);  // the whole dpre tile is written and visible to TMA
+    hp::bar_sync(1 + cw, 128);  // the whole dpre slice is written and visible to TMA
     if (threadIdx.x % 128 == 0) {
 #pragma unroll
-        for (int b = 0; b < TILE_BOXES; b++) hp::tma_store_2d(mp.out, slots + b * BOX, n0 + 64 * (b % 2), m0 + 64 * (b / 2));
+        for (int ci = 0; ci < BN / 64; ci++) hp::tma_store_2d(mp.out, slots + ci * BOX, n0 + 64 * ci, m0);
         hp::bulk_commit();
     }
 }
 
-// ---- a consumer warpgroup: the block's tiles cw, cw + 2, cw + 4, ... ----------------------------------------
+// ---- a consumer warpgroup: rows 64·cw of each tile ----------------------------------------------------
 template <Epilogue E>
-__device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p, const Maps& mp, const Tiles& ts) {
+__device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p, const Maps& mp, int tiles_n,
+                                         int total, int k_steps) {
     hp::setmaxnreg_inc<CONSUMER_REGS>();
     const int lane = threadIdx.x % 32, wq = (threadIdx.x / 32) % 4;  // warp within the warpgroup
     const int g = lane / 4, t = lane % 4;                             // accumulator layout (hopper.cuh)
     const bool leader = threadIdx.x % 128 == 0;
     const Bars bars{base};
     const uint32_t slots = base + OUT_OFF + cw * SLOTS_BYTES;
-    float acc[2][BN / 8][4];  // rows 0-63 and 64-127 of the tile
-    int n_tile = 0;
-    for (int k = cw; ts.tile(k) < ts.total; k += 2, n_tile++) {
-        const int m0 = ts.m0(ts.tile(k)), n0 = ts.n0(ts.tile(k));
-        int it = k * ts.k_steps;  // the ring use of the tile's first slice (the producer's count)
-        // Wait until the other warpgroup has taken every slice of tile k − 1 (its ((k − 1) / 2)-th mainloop). A
-        // parity wait tells only two phases apart: without this turn, a warpgroup would wait on a slot's use two
-        // or more phases ahead, and take the other warpgroup's slice for its own.
-        if (k > 0) hp::mbar_wait(bars.turn(cw), ((k - 1) / 2) & 1);
-        for (int kb = 0; kb < ts.k_steps; kb++, it++) {
+    float acc[BN / 8][4];
+    int it = 0, n_tile = 0;
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x, n_tile++) {
+        const int m0 = tile / tiles_n * BM + 64 * cw, n0 = tile % tiles_n * BN;  // this warpgroup's slice
+        for (int kb = 0; kb < k_steps; kb++, it++) {
             const int s = it % STAGES;
-            const uint32_t a = base + s * STAGE_BYTES, b = a + A_BYTES;
+            const uint32_t a = base + s * STAGE_BYTES + cw * 64 * 128, b = base + s * STAGE_BYTES + A_BYTES;
             hp::mbar_wait(bars.full(s), (it / STAGES) & 1);  // the slot's A and B have landed
             hp::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {   // 16 of k = 32 bytes along a swizzled 128-byte row
-                // K-major B: like A. MN-major B: 16 k-rows further is 2048 bytes, the next 64 columns the next
-                // panel (8 KB)
-                const uint64_t db = E == Epilogue::gelu_forward ? hp::smem_desc_sw128(b + kk * 32, 16, 1024)
-                                                                : hp::smem_desc_sw128(b + kk * 16 * 128, 64 * 128, 1024);
-#pragma unroll
-                for (int rh = 0; rh < 2; rh++)  // rows 64 rh.. of A: 64 rows of 128 bytes further
-                    hp::wgmma_m64n128k16_ss<E == Epilogue::gelu_backward>(
-                        acc[rh], hp::smem_desc_sw128(a + rh * 64 * 128 + kk * 32, 16, 1024), db, kb + kk > 0);
+                const uint64_t da = hp::smem_desc_sw128(a + kk * 32, 16, 1024);
+                if constexpr (E == Epilogue::gelu_forward)
+                    hp::wgmma_m64n256k16_ss<0>(acc, da, hp::smem_desc_sw128(b + kk * 32, 16, 1024), kb + kk > 0);
+                else  // MN-major: 16 k-rows further is 2048 bytes; the next 64 columns are the next panel (8 KB)
+                    hp::wgmma_m64n256k16_ss<1>(acc, da, hp::smem_desc_sw128(b + kk * 16 * 128, 64 * 128, 1024),
+                                               kb + kk > 0);
             }
             hp::wgmma_commit();
-            if (E == Epilogue::gelu_backward && kb == min(2, ts.k_steps - 1) && leader) {
-                // the wgmmas run: fetch the tile's pre for the helpers meanwhile, once the last tile's dpre
+            if (E == Epilogue::gelu_backward && kb == min(2, k_steps - 1) && leader) {
+                // the wgmmas run: fetch the slice's pre for the helpers meanwhile, once the last tile's dpre
                 // copies have read the slots
                 hp::bulk_wait_read<0>();
                 hp::mbar_arrive_expect_tx(bars.pre_full(cw), SLOTS_BYTES);
 #pragma unroll
-                for (int bx = 0; bx < TILE_BOXES; bx++)
-                    hp::tma_load_2d(slots + bx * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * (bx % 2), m0 + 64 * (bx / 2));
+                for (int ci = 0; ci < BN / 64; ci++)
+                    hp::tma_load_2d(slots + ci * BOX, mp.pre, bars.pre_full(cw), n0 + 64 * ci, m0);
             }
             if (kb > 0) {  // the previous slice's wgmmas are done: give its slot back (one arrival per warp)
                 hp::wgmma_wait<1>();
                 if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
             }
         }
-        if (lane == 0) hp::mbar_arrive(bars.turn(1 - cw));  // this warp has waited for all its slices: the other's turn
         hp::wgmma_wait<0>();
         if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
-        hp::fence_regs(acc[0]);
-        hp::fence_regs(acc[1]);
+        hp::fence_regs(acc);
         if constexpr (E == Epilogue::gelu_forward) epilogue_forward(acc, p, mp, slots, cw, m0, n0, wq, g, t);
         else epilogue_backward(acc, mp, slots, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
     }
@@ -320,24 +298,22 @@ __device__ __forceinline__ void kernel_body(const CUtensorMap& tm_a, const CUten
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             hp::mbar_init(bars.full(s), 1);   // the producer's expect_tx arrival
-            hp::mbar_init(bars.empty(s), 4);  // one arrival per warp of the slice's consumer
+            hp::mbar_init(bars.empty(s), 8);  // one arrival per consumer warp
         }
         for (int cw = 0; cw < 2; cw++) {
             hp::mbar_init(bars.pre_full(cw), 1);  // the consumer leader's expect_tx arrival
             hp::mbar_init(bars.ready(cw), 3);     // one arrival per helper warp
-            hp::mbar_init(bars.turn(cw), 4);      // one arrival per warp of the other consumer
         }
         hp::fence_barrier_init();
     }
     __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
-    const int tiles_n = ceil_div(p.N, BN);
-    const Tiles ts{tiles_n, ceil_div(p.M, BM) * tiles_n, ceil_div(p.K, BK)};
+    const int tiles_n = ceil_div(p.N, BN), total = ceil_div(p.M, BM) * tiles_n, k_steps = ceil_div(p.K, BK);
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform
     if (wg == 0) {
-        producer<E>(&tm_a, &tm_b, base, ts);
-        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, ts);
+        producer<E>(&tm_a, &tm_b, base, tiles_n, total, k_steps);
+        if (E == Epilogue::gelu_backward && threadIdx.x >= 32) helpers(base, total);
     } else {
-        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, ts);
+        consumer<E>(wg - 1, base, p, Maps{&tm_out, &tm_pre}, tiles_n, total, k_steps);
     }
 #else
     (void)tm_a, (void)tm_b, (void)tm_out, (void)tm_pre, (void)p;  // no sm_90a code: launches are refused on the host

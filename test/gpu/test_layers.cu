@@ -375,8 +375,8 @@ TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
         check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
         check_matmul(s, s.C, s.Vp, false, false, "lm head");          // no bias
     }
-    // More 128 × 128 tiles than an H100/H200 has SMs (18 × 21 = 378 for 132), 11 k-slices deep: each block of the
-    // GELU engine runs two or three tiles, its consumer warpgroups in turn, and ring slots are reused within a tile.
+    // More GELU-engine tiles than an H100/H200 has SMs (2200 × 2592: 18 × 11 = 198 of 128 × 256 for 132), 11
+    // k-slices deep: a block runs a second tile, through a ring of slots each reused within a tile.
     const Shape many{2, 1100, 648, 8, 300, 320};
     check_matmul(many, many.C, 4 * many.C, true, true, "fc+gelu");
     check_matmul(many, 4 * many.C, many.C, true, true, "fcproj(dgelu)");
