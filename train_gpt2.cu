@@ -303,23 +303,27 @@ inline TrainResult train(const TrainOptions& o) {
     const auto t_start = std::chrono::steady_clock::now();  // elapsed and ETA on the step lines
     for (int step = first_step; step <= o.steps; step++) {
         const bool last = step == o.steps;
+        // (a resumed run skips the sample at its first step: it was drawn before the checkpoint, RNG included)
+        const bool sampled_before_checkpoint = o.resume && step == first_step;
+        const bool evaluates = val_loader && (step % o.val_every == 0 || last);
+        const bool samples = decoder && !sampled_before_checkpoint && ((step > 0 && step % o.sample_every == 0) || last);
+        const bool periodic = o.checkpoint_every > 0 && step > first_step && step % o.checkpoint_every == 0;
+        const bool checkpoints = periodic || (last && o.checkpoint_every >= 0 && step > first_step);
+        if (evaluates || samples || checkpoints || last) runner.drain();  // they read the weights: the update first
         std::optional<float> val;
-        if (val_loader && (step % o.val_every == 0 || last)) {
+        if (evaluates) {
             val = fault_value("nan-val", step, evaluate(model, *val_loader, o.val_max_batches, dist));
             require_finite(step, "validation loss", *val);
             res.val_losses.push_back({step, *val});
             if (!quiet) printf("step %4d/%d | val loss %.6f\n", step, o.steps, *val);
         }
-        // (a resumed run skips the sample at its first step: it was drawn before the checkpoint, RNG included)
-        const bool sampled_before_checkpoint = o.resume && step == first_step;
-        if (decoder && !sampled_before_checkpoint && ((step > 0 && step % o.sample_every == 0) || last)) {
+        if (samples) {
             const std::string text =
                 generate_text(*decoder, *tokenizer, rng, {(int)tokenizer->eot_token}, o.gen_tokens, o.top_k, o.temperature);
             res.samples.push_back(text);
             if (!quiet) printf("sample at step %d:\n---\n%s\n---\n", step, text.c_str());
         }
-        const bool periodic = o.checkpoint_every > 0 && step > first_step && step % o.checkpoint_every == 0;
-        if (periodic || (last && o.checkpoint_every >= 0 && step > first_step)) {
+        if (checkpoints) {
             TrainState st;
             st.step = step, st.rng_state = rng.state, st.B = o.B, st.T = o.T, st.total_batch = tokens_per_step;
             st.seed = o.seed, st.loader = runner.loader_state(), st.guard = runner.guard.state;

@@ -41,16 +41,33 @@ struct AdamWHyper {
     float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
     int t = 1;                // step, from 1 (bias correction)
     float grad_scale = 1.0f;  // min(1, clip / grad_norm), applied to every gradient before the moments
+    // Or, when norm2 is set, the kernel takes the clip factor from the gradients' global norm² on the device
+    // (grad_scale unused): the host queues the update without waiting for the norm, and a norm that is not finite
+    // moves nothing (the divergence guard, llmc/guard.h, stops the run when the host reads it).
+    const float* norm2 = nullptr;
+    float grad_clip = 0.0f;  // with norm2: the clip (0: none)
 };
 
 // The per-step constants, computed on the host as llmc/ref does.
 struct AdamWStep {
     float lr, beta1, beta2, eps, c1, c2, grad_scale;
+    const float* norm2;
+    float grad_clip;
 };
 inline AdamWStep adamw_step_constants(const AdamWHyper& hp) {
     if (hp.t < 1) fail("adamw_update: step t=%d must start at 1 (bias correction divides by 1 - beta^t)", hp.t);
     return {hp.lr, hp.beta1, hp.beta2, hp.eps, 1.0f - std::pow(hp.beta1, (float)hp.t),
-            1.0f - std::pow(hp.beta2, (float)hp.t), hp.grad_scale};
+            1.0f - std::pow(hp.beta2, (float)hp.t), hp.grad_scale, hp.norm2, hp.grad_clip};
+}
+
+// s.grad_scale from the device norm² when there is one; false: the norm is not finite, leave everything as it is.
+// sqrtf and the division are IEEE-rounded (no fast math), so the factor is the host's to the bit.
+__device__ __forceinline__ bool adamw_clip(AdamWStep& s) {
+    if (!s.norm2) return true;
+    const float norm = sqrtf(*s.norm2);
+    if (!isfinite(norm)) return false;
+    s.grad_scale = (s.grad_clip > 0.0f && norm > s.grad_clip) ? s.grad_clip / norm : 1.0f;  // llm.c's clipping rule
+    return true;
 }
 
 // The update of one parameter p with gradient g; m, v updated in place. Returns the new p.
@@ -85,7 +102,7 @@ inline void adamw_check(const float* master) {
 static __global__ void adamw_tensor_naive_kernel(float* master, floatX* params, const floatX* grads, float* m, float* v,
                                           size_t n, AdamWStep s, float wd) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) adamw_one(master, params, grads, m, v, i, s, wd);
+    if (i < n && adamw_clip(s)) adamw_one(master, params, grads, m, v, i, s, wd);
 }
 
 inline void adamw_update_naive(float* master, floatX* params, const floatX* grads, float* m, float* v,
@@ -124,7 +141,7 @@ static __global__ void adamw_flash_kernel(float* master, floatX* params, const f
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     const size_t n = layout.offset[layout.count];
     const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * ADAMW_VEC;
-    if (i0 >= n) return;
+    if (i0 >= n || !adamw_clip(s)) return;
     int t = 0;
     while (i0 >= layout.offset[t + 1]) t++;  // which tensor: <= 16 compares
     if (i0 + ADAMW_VEC > n) {  // the last n % ADAMW_VEC parameters, one at a time

@@ -400,7 +400,8 @@ inline int lm_head_rows(const KernelSet& ks, int N) { return classifier_chunk_ro
 
 // One AdamW step over every parameter tensor of `layout` (ParamLayout::gpt2(cfg) for the model).
 // master (fp32) may be nullptr (then params, which must then be fp32, are updated directly); else master
-// is updated and params = round(master). grads are multiplied by hp.grad_scale first (clipping).
+// is updated and params = round(master). grads are multiplied by hp.grad_scale first (clipping), or by the
+// factor the kernel derives from hp.norm2 on the device (then a norm that is not finite updates nothing).
 inline void adamw_update(const OpContext& ctx, float* master, floatX* params, const floatX* grads, float* m, float* v,
                          const ParamLayout& layout, const AdamWHyper& hp) {
     ProfileSpan s(ctx.prof, Layer::adamw, Pass::forward, ctx.stream);
@@ -408,8 +409,8 @@ inline void adamw_update(const OpContext& ctx, float* master, floatX* params, co
     else adamw_update_flash(master, params, grads, m, v, layout, hp, ctx.stream);
 }
 
-// out (1 float, device) = sum of squares of every gradient in layout, deterministic. Copy it to the host
-// and clip with hp.grad_scale = min(1, clip / sqrt(out)).
+// out (1 float, device) = sum of squares of every gradient in layout, deterministic. Clip with it: hp.norm2 = out
+// (on the device), or hp.grad_scale = min(1, clip / sqrt(out)) from a copy on the host.
 inline void global_norm_squared(const OpContext& ctx, float* out, const floatX* grads, const ParamLayout& layout) {
     ProfileSpan s(ctx.prof, Layer::adamw, Pass::forward, ctx.stream);
     if (ctx.ks.naive(Layer::adamw)) global_norm_squared_naive(out, ctx.ws, grads, layout, ctx.stream);

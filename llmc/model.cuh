@@ -179,6 +179,7 @@ struct GPT2Model {
     int* tokens_pinned = nullptr;     // (2, B, T) page-locked staging of inputs and targets: copies stay async
     float* norm2_pinned = nullptr;    // (1) page-locked landing place of norm2 (a pageable one costs a staging copy)
     cudaEvent_t tokens_copied = nullptr;  // the last copy out of tokens_pinned has finished
+    cudaEvent_t norm2_copied = nullptr;   // norm2_pinned holds the last grad_norm_async's value
 
     GPT2Model(const GPT2Config& cfg, const KernelSet& kernels, int B_, int T_, int shards = 1, int shard = 0,
               bool recompute_gelu = false)
@@ -202,6 +203,7 @@ struct GPT2Model {
         mem.hint = "reduce -b (batch size) or -t (sequence length)";
         cudaCheck(cudaStreamCreate(&stream));
         cudaCheck(cudaEventCreateWithFlags(&tokens_copied, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&norm2_copied, cudaEventDisableTiming));
         cudaCheck(cudaMallocHost(&tokens_pinned, 2 * (size_t)B * T * sizeof(int)));
         cudaCheck(cudaMallocHost(&norm2_pinned, sizeof(float)));
         allocate();
@@ -211,6 +213,7 @@ struct GPT2Model {
         if (tokens_pinned) cudaFreeHost(tokens_pinned);
         if (norm2_pinned) cudaFreeHost(norm2_pinned);
         if (tokens_copied) cudaEventDestroy(tokens_copied);
+        if (norm2_copied) cudaEventDestroy(norm2_copied);
         if (stream) cudaStreamDestroy(stream);
     }
     GPT2Model(const GPT2Model&) = delete;
@@ -240,19 +243,28 @@ struct GPT2Model {
     void losses_to_host_async(float* pinned) const {
         cudaCheck(cudaMemcpyAsync(pinned, acts.losses, (size_t)fwd_B * fwd_T * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
-    // The optimizer step in two halves, so that a trainer can look at the norm (and the loss) before anything is
-    // applied (llmc/guard.h). grad_norm: the gradients' global norm before clipping; waits for the stream.
-    // Sharded (ZeRO-1), it is over the slice's gradients; sum_norm2, when given, turns that squared norm (one
-    // device float, on `stream`) into the global one (an all-reduce over the replicas). apply_update: clip by that
-    // norm, then AdamW step t (from 1) on this replica's slice. update(): both.
-    float grad_norm(const std::function<void(float* norm2)>& sum_norm2 = nullptr);
-    void apply_update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, float norm,
-                      int t);
+    // The optimizer step in three calls, so that a trainer can look at the loss before anything is applied and at
+    // the norm right after, without the GPU waiting for the host in between (llmc/guard.h).
+    // grad_norm_async: queues the gradients' global norm² (before clipping) and its copy to the host. Sharded
+    // (ZeRO-1), it is over the slice's gradients; sum_norm2, when given, turns that squared norm (one device
+    // float, on `stream`) into the global one (an all-reduce over the replicas). apply_update: queues AdamW step t
+    // (from 1) on this replica's slice, clipped by that norm, which the kernel reads on the device: a norm that is
+    // not finite moves nothing. grad_norm: waits for the copy, returns the norm. update(): all three.
+    void grad_norm_async(const std::function<void(float* norm2)>& sum_norm2 = nullptr);
+    void apply_update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t);
+    float grad_norm();
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_clip, int t,
                  const std::function<void(float* norm2)>& sum_norm2 = nullptr) {
-        const float norm = grad_norm(sum_norm2);
-        apply_update(lr, beta1, beta2, eps, weight_decay, grad_clip, norm, t);
-        return norm;
+        grad_norm_async(sum_norm2);
+        apply_update(lr, beta1, beta2, eps, weight_decay, grad_clip, t);
+        return grad_norm();
+    }
+    // The fault nan-norm (llmc/fault.h): the queued norm² reads NaN (all bits set), for the update and, copied
+    // again (grad_norm_async's copy was queued before this), for the host.
+    void poison_grad_norm() {
+        cudaCheck(cudaMemsetAsync(norm2, 0xff, sizeof(float), stream));
+        cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaEventRecord(norm2_copied, stream));
     }
 
     // What every layer op gets: this model's kernels, stream, workspace and profiler.
@@ -485,19 +497,23 @@ inline void GPT2Model::backward() {
 // ---------------------------------------------------------------------------------------------------------
 // The optimizer step: global gradient norm (deterministic), clip factor, AdamW on every tensor of this
 // replica's slice (all of them when not sharded: shard_layout is then the layout itself).
-inline float GPT2Model::grad_norm(const std::function<void(float* norm2)>& sum_norm2) {
+inline void GPT2Model::grad_norm_async(const std::function<void(float* norm2)>& sum_norm2) {
     global_norm_squared(ops(), norm2, grads_memory + shard_begin, shard_layout);
     if (sum_norm2) sum_norm2(norm2);
     cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaEventRecord(norm2_copied, stream));
+}
+
+inline float GPT2Model::grad_norm() {
+    cudaCheck(cudaEventSynchronize(norm2_copied));
     return std::sqrt(*norm2_pinned);
 }
 
 inline void GPT2Model::apply_update(float lr, float beta1, float beta2, float eps, float weight_decay,
-                                    float grad_clip, float norm, int t) {
+                                    float grad_clip, int t) {
     AdamWHyper hp;
     hp.lr = lr, hp.beta1 = beta1, hp.beta2 = beta2, hp.eps = eps, hp.weight_decay = weight_decay, hp.t = t;
-    hp.grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;  // llm.c's clipping rule
+    hp.norm2 = norm2, hp.grad_clip = grad_clip;  // the clip factor, llm.c's rule, taken on the device
     adamw_update(ops(), master, params_memory + shard_begin, grads_memory + shard_begin, m, v, shard_layout, hp);
 }
 

@@ -1,9 +1,13 @@
 // One optimizer step of the trainer (train_gpt2.cu): grad_accum micro-batches forward + backward, the gradients
-// summed over the data-parallel ranks, the global norm read back and checked with the loss (the divergence policy,
-// llmc/guard.h), then clipping + AdamW on this rank's slice and the new weights shared.
+// summed over the data-parallel ranks, the loss checked before the update and the global norm read back and
+// checked right after it is queued (the divergence policy, llmc/guard.h: the update itself moves nothing when the
+// norm is not finite), clipping + AdamW on this rank's slice and the new weights shared.
+// A step is queued, not waited for: run() returns while the GPU still updates, so the host's logging and the next
+// step's first launches overlap the update, and the GPU does not wait for the host between steps.
 #pragma once
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -37,6 +41,12 @@ struct StepRunner {
     // then), so that the next step's first kernels do not wait for the loader's copies.
     bool prefetched = false;
     DataLoaderState before_prefetch;  // the loader's position before that draw
+    // Timing: a step runs from the end of the one before to its own end, its update queued and its norm read
+    // (so consecutive steps add up to the wall time). drain() waits for the GPU: the step after it is timed from
+    // its own start, plus the drained update's share after the last step ended.
+    using Clock = std::chrono::steady_clock;
+    std::optional<Clock::time_point> last_end;  // set while the last step's update may still run
+    double drained_ms = 0.0;
 
     StepRunner(GPT2Model& m, DataLoader& l, int accum, const Distributed& d, float spike_z = 0.0f)
         : model(m), loader(l), grad_accum(accum), dist(d), guard(spike_z) {
@@ -72,9 +82,18 @@ struct StepRunner {
     // Where a checkpoint taken now must put the loader: before the prefetched batch, which no step has used.
     DataLoaderState loader_state() const { return prefetched ? before_prefetch : loader.state(); }
 
+    // Waits for the last step's update: call it before anything else reads the model (evaluation, sampling, a
+    // checkpoint) or before the run ends.
+    void drain() {
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        if (last_end) drained_ms += ms_since(*last_end);
+        last_end.reset();
+    }
+    static double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
     // step counts from 0; AdamW's bias correction uses t = step + 1.
     StepResult run(int step, const TrainOptions& o) {
-        const auto t0 = std::chrono::steady_clock::now();
+        const Clock::time_point t0 = last_end.value_or(Clock::now());
         const int N = loader.B * loader.T;
         // d mean-loss / d each position's loss; the mean is over all W ranks' positions, so the reduce-scatter's
         // sum of the ranks' gradients is the gradient of the global mean (W = 1: exactly the plain factor)
@@ -90,8 +109,8 @@ struct StepRunner {
         before_prefetch = loader.state();  // the next step's first micro-batch, while the GPU runs the backward
         draw();
         prefetched = true;
-        // this rank's losses summed while the GPU runs the last backward, so that the host's loop over them is not
-        // between the norm's readback and the update; fixed order: deterministic
+        // this rank's losses summed while the GPU runs the last backward, so that the loss is known, and checked,
+        // before the backward ends; fixed order: deterministic
         cudaCheck(cudaEventSynchronize(losses_copied));
         double sum = 0.0;
         for (size_t i = 0; i < (size_t)grad_accum * N; i++) sum += losses_pinned[i];
@@ -103,21 +122,24 @@ struct StepRunner {
         r.lr = lr_cosine(step, o.steps, o.lr, o.warmup, o.final_lr_frac);
         std::function<void(float*)> sum_norm2;
         if (dist.active()) sum_norm2 = [this](float* norm2) { dist.all_reduce_sum(norm2, 1, model.stream); };
-        r.norm = model.grad_norm(sum_norm2);  // waits for the stream
+        model.grad_norm_async(sum_norm2);
+        if (fault_planned("nan-norm", step)) model.poison_grad_norm();  // for the update and the host alike
         r.loss = (float)(dist.sum_host(sum, model.stream) / ((double)grad_accum * N * dist.world));
-        // the divergence policy (llmc/guard.h): a non-finite loss or norm stops the run before the update
+        // the divergence policy (llmc/guard.h): a non-finite loss stops the run before the update is queued; a
+        // non-finite norm, which the update reads on the GPU and then moves nothing, once the host has it
         r.loss = fault_value("spike-loss", step, fault_value("nan-loss", step, r.loss));
         require_finite(step, "training loss", r.loss);
-        r.norm = fault_value("nan-norm", step, r.norm);
-        require_finite(step, "gradient norm", r.norm);
         fault_point(step);
         r.spike = guard.check(r.loss);
         if (!r.spike.skip) {
-            model.apply_update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, r.norm, step + 1);
+            model.apply_update(r.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, step + 1);
             dist.all_gather(model.params_memory, model.shard_size, model.stream);
         }
-        cudaCheck(cudaStreamSynchronize(model.stream));
-        r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        r.norm = model.grad_norm();  // waits for the norm's copy, queued before the update
+        require_finite(step, "gradient norm", r.norm);
+        r.ms = ms_since(t0) + drained_ms;
+        drained_ms = 0.0;
+        last_end = Clock::now();
         return r;
     }
 };

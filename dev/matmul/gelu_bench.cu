@@ -151,7 +151,8 @@ static int bench_main(int argc, char** argv) {
     if (!matmul_gelu_wgmma_supports(8, 8)) fail("matmul_gelu_bench: needs an sm_90a build on an H100/H200");
     std::mt19937 rng(1234);
     const std::vector<Shape> odd = {{1, 8, 8, "odd"}, {74, 384, 96, "odd"}, {300, 264, 200, "odd"},
-                                    {1000, 520, 776, "odd"}};
+                                    {1000, 520, 776, "odd"},
+                                    {4100, 1160, 776, "odd"}};  // 165 tiles: a second one for some blocks on 132 SMs
     const std::vector<Shape> gpt2 = {{16384, 3072, 768, "d12 B=16"}, {65536, 3072, 768, "d12 B=64"},
                                      {16384, 4096, 1024, "d24 B=16"}, {8192, 6400, 1600, "d48 B=8"}};
     bool ok = true;

@@ -375,6 +375,11 @@ TEST_CASE("matmul: forward (+bias, +GELU) and backward, naive and flash") {
         check_matmul(s, 4 * s.C, s.C, true, true, "fcproj(dgelu)");   // backward through the GELU
         check_matmul(s, s.C, s.Vp, false, false, "lm head");          // no bias
     }
+    // More GELU-engine tiles than an H100/H200 has SMs (2200 × 2592: 18 × 11 = 198 of 128 × 256 for 132), 11
+    // k-slices deep: a block runs a second tile, through a ring of slots each reused within a tile.
+    const Shape many{2, 1100, 648, 8, 300, 320};
+    check_matmul(many, many.C, 4 * many.C, true, true, "fc+gelu");
+    check_matmul(many, 4 * many.C, many.C, true, true, "fcproj(dgelu)");
 }
 
 // --matmul-algos: a call's algorithm comes from the table, one loaded from a file included, and a timed pick is
@@ -547,6 +552,34 @@ TEST_CASE("adamw and the global gradient norm, naive and flash") {
     const auto first = bytes(d_norm);
     global_norm_squared(ops(KernelSet{}, ws), d_norm, d_grads, layout);
     CHECK(first == bytes(d_norm));
+
+    // The clip factor taken on the device from the norm² (hp.norm2, the trainer's way) against the same update
+    // with the factor computed here by llm.c's rule: the same bytes. A norm² that is NaN or infinite moves nothing.
+    const float clip = 1.5f;
+    for (int k = 0; k < 2; k++) {
+        const KernelSet ks = KernelSet::all(VARIANTS[k]);
+        auto step = [&](const AdamWHyper& h) {
+            put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
+            adamw_update(ops(ks), d_master, d_params, d_grads, d_m, d_v, layout, h);
+            return std::vector<std::vector<unsigned char>>{bytes(d_master), bytes(d_params), bytes(d_m), bytes(d_v)};
+        };
+        for (float norm2 : {4.0f, 0.36f, 7.3f}) {  // norm 2 and 2.70…: clipped; 0.6: not
+            AdamWHyper on_host = hp, on_device = hp;
+            const float norm = std::sqrt(norm2);
+            on_host.grad_scale = norm > clip ? clip / norm : 1.0f;
+            put(d_norm, std::vector<float>{norm2});
+            on_device.norm2 = d_norm, on_device.grad_clip = clip;
+            CHECK_MESSAGE(step(on_device) == step(on_host), variant_name(VARIANTS[k]), " norm² ", norm2);
+        }
+        put(d_master, master), put(d_params, master), put(d_m, m0), put(d_v, v0);
+        const std::vector<std::vector<unsigned char>> before{bytes(d_master), bytes(d_params), bytes(d_m), bytes(d_v)};
+        for (float bad : {NAN, INFINITY}) {
+            AdamWHyper on_device = hp;
+            put(d_norm, std::vector<float>{bad});
+            on_device.norm2 = d_norm, on_device.grad_clip = clip;
+            CHECK_MESSAGE(step(on_device) == before, variant_name(VARIANTS[k]), " norm² ", bad);
+        }
+    }
 
 #if defined(ENABLE_FP32)
     // FP32 build without master weights: params are updated in place.
