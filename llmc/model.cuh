@@ -263,6 +263,10 @@ struct GPT2Model {
     // again (grad_norm_async's copy was queued before this), for the host.
     void poison_grad_norm() {
         cudaCheck(cudaMemsetAsync(norm2, 0xff, sizeof(float), stream));
+        norm2_to_host_async();
+    }
+    // norm2 into norm2_pinned, and norm2_copied recorded after it (what grad_norm waits for).
+    void norm2_to_host_async() {
         cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
         cudaCheck(cudaEventRecord(norm2_copied, stream));
     }
@@ -500,8 +504,7 @@ inline void GPT2Model::backward() {
 inline void GPT2Model::grad_norm_async(const std::function<void(float* norm2)>& sum_norm2) {
     global_norm_squared(ops(), norm2, grads_memory + shard_begin, shard_layout);
     if (sum_norm2) sum_norm2(norm2);
-    cudaCheck(cudaMemcpyAsync(norm2_pinned, norm2, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaEventRecord(norm2_copied, stream));
+    norm2_to_host_async();
 }
 
 inline float GPT2Model::grad_norm() {
