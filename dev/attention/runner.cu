@@ -49,6 +49,7 @@
 #include "dev/attention/backward/9_heaviest_first.cuh"
 #include "dev/attention/backward/10_fixed_point_dq.cuh"
 #include "dev/attention/backward/11_dq_warpgroup.cuh"
+#include "dev/attention/backward/12_dq_warp_specialized.cuh"
 
 // ONE table: every rung of the ladder. `fwd V` runs every entry with id V (rung 1 comes in fp32 and bf16:
 // the bf16 one is the "naive in the same precision" that the bf16 rungs' errors are judged against).
@@ -93,6 +94,8 @@ const BwdRung RUNGS_BWD[] = {
      attention_backward_fixed_point_dq},
     {11, "11_dq_warpgroup.cuh", "dq_warpgroup", DType::BF16, ladder::b11::supports, ladder::b11::workspace_bytes,
      attention_backward_dq_warpgroup},
+    {12, "12_dq_warp_specialized.cuh", "dq_warp_specialized", DType::BF16, ladder::b12::supports,
+     ladder::b12::workspace_bytes, attention_backward_dq_warp_specialized},
 };
 
 using namespace flashgpt2;
@@ -257,20 +260,20 @@ Measured time_rung(const Rung& r, Problem& p, void* workspace, cudaStream_t stre
 
 // Every rung of both ladders; host facts only, so it runs without a GPU.
 int cmd_list() {
-    printf("%-4s %-3s %-5s %-22s %-19s %-16s %s\n", "pass", "id", "dtype", "file", "name", "head dims",
+    printf("%-4s %-3s %-5s %-26s %-19s %-16s %s\n", "pass", "id", "dtype", "file", "name", "head dims",
            "workspace at (8,12,1024,64)");
     for (const Rung& r : RUNGS) {
         std::string dims;
         for (int hs : {32, 64, 96, 128, 256})
             if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
-        printf("%-4s %-3d %-5s %-22s %-19s %-16s %.1f MB\n", "fwd", r.id, dtype_name(r.dtype), r.file, r.name,
+        printf("%-4s %-3d %-5s %-26s %-19s %-16s %.1f MB\n", "fwd", r.id, dtype_name(r.dtype), r.file, r.name,
                dims.c_str(), workspace_of(r, {8, 12, 1024, 64}) / 1e6);
     }
     for (const BwdRung& r : RUNGS_BWD) {  // storage bf16, dtype = the arithmetic
         std::string dims;
         for (int hs : {32, 64, 96, 128, 256})
             if (r.supports(hs)) dims += (dims.empty() ? "" : ",") + std::to_string(hs);
-        printf("%-4s %-3d %-5s %-22s %-19s %-16s %.1f MB\n", "bwd", r.id, dtype_name(r.dtype), r.file, r.name,
+        printf("%-4s %-3d %-5s %-26s %-19s %-16s %.1f MB\n", "bwd", r.id, dtype_name(r.dtype), r.file, r.name,
                dims.c_str(), (r.workspace_bytes ? r.workspace_bytes(8, 12, 1024, 64) : 0) / 1e6);
     }
     return 0;

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "llmc/attention/schedule.h"                 // the tile order
+#include "llmc/attention/wgmma_backward_dq_ws.cuh"     // the engine's dQ kernel at head size 128
 #include "llmc/attention/wgmma_backward_fixed_dq.cuh"  // a fused dQ's shares summed in fixed point
 #include "llmc/attention/wgmma_backward.cuh"          // the dQ kernel, the dK/dV step, the tiles
 #include "llmc/attention/wgmma_forward_pipeline.cuh"  // release()
@@ -367,14 +368,12 @@ void attention_backward_flash_wgmma_fused(bf16_t* dqkv, void* ws, const bf16_t* 
 }
 
 // Where the engine runs a fused kernel instead of two: head size 64 from T = 4096 on, with a dQ warpgroup (dev
-// rung 11), where it measured level with the two kernels or faster (rung 11's page); head size 128 from T = 8192
-// on, with dQ made by the consumers (dev rung 10: a dQ warpgroup does not fit there), faster than rung 6 at
-// (4,16,8192,128) and slower at (16,16,2048,128) (rung 10's page). At shorter T the fused kernel's pre-pass and
-// last pass (O(T) bytes) cost more than the two tile products it saves.
-constexpr int FUSED_DQ_MIN_T = 4096, FUSED_DQ_MIN_T_HS128 = 8192;
-inline bool attention_backward_flash_wgmma_fused_here(int T, int HS) {
-    return T >= (HS == 64 ? FUSED_DQ_MIN_T : FUSED_DQ_MIN_T_HS128);
-}
+// rung 11), where it measured level with the two kernels or faster (rung 11's page). At shorter T the fused
+// kernel's pre-pass and last pass (O(T) bytes) cost more than the two tile products it saves. At head size 128
+// the two kernels with the warp-specialized dQ kernel (dev rung 12) measured faster than the fused kernel at
+// every T (rung 12's page), so it is never taken there.
+constexpr int FUSED_DQ_MIN_T = 4096;
+inline bool attention_backward_flash_wgmma_fused_here(int T, int HS) { return HS == 64 && T >= FUSED_DQ_MIN_T; }
 
 // The engine's workspace in bytes: D (two kernels) or the fused kernel's integer sums and per-tile rows.
 inline size_t attention_backward_flash_wgmma_workspace_bytes(int B, int T, int NH, int HS) {
@@ -385,20 +384,18 @@ inline size_t attention_backward_flash_wgmma_workspace_bytes(int B, int T, int N
 // The engine's entry: dqkv (B,T,3,NH,HS) from dout, out (B,T,NH,HS), qkv and lse (B,NH,T); ws: workspace of
 // attention_backward_flash_wgmma_workspace_bytes. Head size 64: from T = 4096 the fused kernel with a dQ
 // warpgroup (other bits than the two kernels, the same on every run); below, the two kernels of
-// wgmma_backward.cuh in the grid order attention_backward_flash_wgmma_order picks. Head size 128: from T = 8192
-// the fused kernel with dQ made by the consumers (dev rung 10); below, their dQ kernel, then this
-// warp-specialized dK/dV kernel, which measured faster there (dev rung 6's page). The two kernels' paths give
-// the same bits: the same products in the same order.
+// wgmma_backward.cuh in the grid order attention_backward_flash_wgmma_order picks (the same bits in either).
+// Head size 128: the warp-specialized dQ kernel (wgmma_backward_dq_ws.cuh, dev rung 12), then this file's
+// warp-specialized dK/dV kernel, which measured faster than every other path there (rung 12's page).
 inline void attention_backward_flash_wgmma(bf16_t* dqkv, void* ws, const bf16_t* dout, const bf16_t* qkv,
                                            const bf16_t* out, const float* lse, int B, int T, int NH, int HS,
                                            cudaStream_t stream) {
     attention_backward_flash_wgmma_check("attention_backward_flash_wgmma", dqkv, dout, qkv, out, B, NH, HS);
     float* D = static_cast<float*>(ws);
     if (attention_backward_flash_wgmma_fused_here(T, HS)) {
-        if (HS == 64) attention_backward_flash_wgmma_fused<DqBy::warpgroup>(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
-        else attention_backward_flash_wgmma_fused<DqBy::consumers>(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
+        attention_backward_flash_wgmma_fused<DqBy::warpgroup>(dqkv, ws, dout, qkv, out, lse, B, T, NH, HS, stream);
     } else if (HS == 128) {
-        attention_backward_flash_wgmma_dq(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
+        attention_backward_flash_wgmma_dq_ws(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);
         attention_backward_flash_wgmma_dkdv_ws(dqkv, D, dout, qkv, B, T, NH, HS, stream);
     } else if (attention_backward_flash_wgmma_order(B, T, NH, HS) == GridOrder::heaviest_first) {
         attention_backward_flash_wgmma_in<GridOrder::heaviest_first>(dqkv, D, dout, qkv, out, lse, B, T, NH, HS, stream);

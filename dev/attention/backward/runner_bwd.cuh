@@ -15,7 +15,7 @@
 // trainer's bits or not. Then it is timed (CUDA events, warm-up, median, L2 flushed) and scored with the
 // FlashAttention count for the backward.
 // No shape: odd shapes (T = 1, 2, 17, 63, 65, 1000, 2047; HS 64 and 128) are validated, then (4,12,1024,64)
-// is validated and timed. On an H100/H200, `bwd 5` also times the wgmma backward's two kernels apart.
+// is validated and timed. On an H100/H200, `bwd 5`, `bwd 9` and `bwd 12` also time their two kernels apart.
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -30,6 +30,8 @@
 #include "dev/attention/report.cuh"
 #include "dev/harness.cuh"
 #include "llmc/args.h"
+#include "llmc/attention/wgmma_backward_dq_ws.cuh"  // rung 12's dQ kernel, timed apart
+#include "llmc/attention/wgmma_backward_ws.cuh"     // rung 12's dK/dV kernel
 #include "llmc/kernels.h"
 #include "llmc/ref/attention_sampled.h"
 
@@ -327,23 +329,31 @@ inline report::Cell cell(const BwdRung& r, Problem& p, bool timed) {
     }
 }
 
-// Where the time of the wgmma engine's two kernels goes, in grid order O (rung 5: head_major, rung 9:
-// heaviest_first): each kernel timed on its own.
-template <GridOrder O>
-inline void time_kernels_apart(const char* label, Problem& p, cudaStream_t stream) {
+// Where the time of a two-kernel wgmma backward goes: its dQ kernel (which also writes the per-tile lse, D) and its
+// dK/dV kernel, each timed on its own. rung 5: both kernels of wgmma_backward.cuh head by head; rung 9: the same,
+// heaviest first; rung 12: the warp-specialized dQ kernel, then rung 6's dK/dV kernel.
+template <class Dq, class Dkdv>
+inline void time_kernels_apart(const char* label, Problem& p, cudaStream_t stream, Dq&& dq, Dkdv&& dkdv) {
     const Shape& s = p.s;
     DeviceBuffer ws(attention_backward_d_floats(s.B, s.NH, s.T) * sizeof(float), "D");
     const AttnBwdParams q = p.params(ws.p);
     float* D = (float*)ws.p;
     for (int k = 0; k < 2; k++) {
-        const harness::Timing t = harness::benchmark([&] {
-            if (k == 0)
-                attention_backward_flash_wgmma_dq<O>(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, s.HS, stream);
-            else attention_backward_flash_wgmma_dkdv<O>(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
-        }, stream);
+        const harness::Timing t = harness::benchmark([&] { k == 0 ? dq(q, D) : dkdv(q, D); }, stream);
         printf("  time %s: its %s kernel alone %s: %.4f ms  [median of %d, L2 flushed]\n", label, k == 0 ? "dQ" : "dK/dV",
                s.str().c_str(), t.median_ms, t.reps);
     }
+}
+template <GridOrder O>
+inline void time_wgmma_kernels_apart(const char* label, Problem& p, cudaStream_t stream) {
+    const Shape& s = p.s;
+    time_kernels_apart(label, p, stream,
+        [&](const AttnBwdParams& q, float* D) {
+            attention_backward_flash_wgmma_dq<O>(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH, s.HS, stream);
+        },
+        [&](const AttnBwdParams& q, float* D) {
+            attention_backward_flash_wgmma_dkdv<O>(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
+        });
 }
 
 // The baseline of the bf16 rule first: rung 1 of `table`, checked on its own when it is not among `rungs`.
@@ -433,9 +443,18 @@ inline int cmd_bwd(int argc, char** argv, const Table& table) {  // argv[0] = "b
                 if (a.shape && !all) all_ok = false;  // a shape asked for by name must run
             }
         }
-        if (timed && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's (and 9's) time goes
-            if (all || id == 5) time_kernels_apart<GridOrder::head_major>("5 hopper_wgmma", p, stream);
-            if (all || id == 9) time_kernels_apart<GridOrder::heaviest_first>("9 heaviest_first", p, stream);
+        if (timed && attention_backward_flash_wgmma_supports(s.HS)) {  // where rung 5's (9's, 12's) time goes
+            if (all || id == 5) time_wgmma_kernels_apart<GridOrder::head_major>("5 hopper_wgmma", p, stream);
+            if (all || id == 9) time_wgmma_kernels_apart<GridOrder::heaviest_first>("9 heaviest_first", p, stream);
+            if (all || id == 12)
+                time_kernels_apart("12 dq_warp_specialized", p, stream,
+                    [&](const AttnBwdParams& q, float* D) {
+                        attention_backward_flash_wgmma_dq_ws(q.dqkv, D, q.dout, q.qkv, q.out, q.lse, s.B, s.T, s.NH,
+                                                             s.HS, stream);
+                    },
+                    [&](const AttnBwdParams& q, float* D) {
+                        attention_backward_flash_wgmma_dkdv_ws(q.dqkv, D, q.dout, q.qkv, s.B, s.T, s.NH, s.HS, stream);
+                    });
         }
     }
     cudaCheck(cudaStreamDestroy(stream));
