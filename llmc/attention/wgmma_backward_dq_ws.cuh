@@ -35,7 +35,7 @@
 #include "llmc/attention/mma_backward.cuh"             // FB_BR, fb_dot2, fb_finish_D, fb_store_dq
 #include "llmc/attention/schedule.h"                   // the items' order
 #include "llmc/attention/wgmma_forward_consumers.cuh"  // Turns
-#include "llmc/attention/wgmma_forward_pipeline.cuh"   // Smem, decode_tile, key_tiles, release, to_p
+#include "llmc/attention/wgmma_forward_pipeline.cuh"   // Smem, its barriers, produce_kv, decode_tile, release, to_p
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/ptx/hopper.cuh"
@@ -148,22 +148,8 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_q, const CUtensor
             hp::tma_load_4d(sm.q(b) + p * C::BR * 128, tm_q, sm.q_full(b), 64 * p, tl.qt * C::BR, h, bb);
             hp::tma_load_4d(sm.dO(b) + p * C::BR * 128, tm_do, sm.q_full(b), 64 * p, tl.qt * C::BR, h, bb);
         }
-        const int n_k = wa::key_tiles<C>(tl.qt, a.T);
-        for (int j = 0; j < n_k; j++, it++) {
-            const int s = it % C::STAGES;
-            const uint32_t phase = (it / C::STAGES) & 1;
-            hp::mbar_wait(sm.k_empty(s), phase ^ 1);  // slot s of K is free (read by its two products)
-            hp::mbar_arrive_expect_tx(sm.k_full(s), C::KV_BYTES);
-            for (int p = 0; p < C::PANELS; p++)
-                hp::tma_load_4d(sm.k(s) + p * C::BC * 128, tm_k, sm.k_full(s), 64 * p, j * C::BC, h, bb);
-            hp::mbar_wait(sm.v_empty(s), phase ^ 1);  // slot s of V is free
-            hp::mbar_arrive_expect_tx(sm.v_full(s), C::KV_BYTES);
-            for (int p = 0; p < C::PANELS; p++)
-                hp::tma_load_4d(sm.v(s) + p * C::BC * 128, tm_v, sm.v_full(s), 64 * p, j * C::BC, h, bb);
-        }
-        const int fetched = atomicAdd(&g_dq_ws_counter, 1);
-        if (fetched == total - 1) atomicExch(&g_dq_ws_counter, 0);  // the last fetch of this launch: reset
-        tile = fetched + (int)gridDim.x;
+        wa::produce_kv<C>(tm_k, tm_v, sm, it, wa::key_tiles<C>(tl.qt, a.T), h, bb);  // K_j is freed after dQ's product
+        tile = wa::next_item(&g_dq_ws_counter, total);
     }
 }
 
@@ -299,19 +285,7 @@ static __global__ void __launch_bounds__(dq_ws::Cfg<HS>::THREADS, 1)
     const uint32_t raw = hp::smem_u32(dq_ws_smem);
     const dq_ws::Smem<C> sm{{(raw + 1023) & ~1023u}};
     volatile int* tile_slot = reinterpret_cast<volatile int*>(dq_ws_smem + (sm.base - raw) + C::TILE_OFF);
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < 2; b++) {
-            hp::mbar_init(sm.q_full(b), 1);           // the producer's arrive.expect_tx, plus Q_i's and dO_i's bytes
-            hp::mbar_init(sm.q_empty(b), 4 * C::NC);  // one arrival per consumer warp
-        }
-        for (int s = 0; s < C::STAGES; s++) {
-            hp::mbar_init(sm.k_full(s), 1);
-            hp::mbar_init(sm.k_empty(s), 4 * C::NC);
-            hp::mbar_init(sm.v_full(s), 1);
-            hp::mbar_init(sm.v_empty(s), 4 * C::NC);
-        }
-        hp::fence_barrier_init();
-    }
+    if (threadIdx.x == 0) wgmma_attention::init_barriers<C>(sm);  // (q_full also counts dO_i's bytes)
     __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
     if (threadIdx.x < 128) dq_ws::producer<C>(&tm_q, &tm_do, &tm_k, &tm_v, sm, tile_slot, a);
     else dq_ws::consumer<C>(sm, dq_ws_smem, raw, tile_slot, a);

@@ -51,19 +51,7 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* tm_q, const CUte
     const uint32_t raw = hp::smem_u32(smem_raw);
     const Smem<C> sm{(raw + 1023) & ~1023u};
     volatile int* tile_slot = reinterpret_cast<volatile int*>(smem_raw + (sm.base - raw) + C::TILE_OFF);
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < 2; b++) {
-            hp::mbar_init(sm.q_full(b), 1);           // the producer's arrive.expect_tx, plus Q_i's bytes
-            hp::mbar_init(sm.q_empty(b), 4 * C::NC);  // one arrival per consumer warp
-        }
-        for (int s = 0; s < C::STAGES; s++) {
-            hp::mbar_init(sm.k_full(s), 1);
-            hp::mbar_init(sm.k_empty(s), 4 * C::NC);
-            hp::mbar_init(sm.v_full(s), 1);
-            hp::mbar_init(sm.v_empty(s), 4 * C::NC);
-        }
-        hp::fence_barrier_init();
-    }
+    if (threadIdx.x == 0) init_barriers(sm);
     __syncthreads();  // the barriers are initialized before any thread waits on or arrives at them
     if (threadIdx.x < 128) producer<C>(tm_q, tm_k, tm_v, sm, tile_slot, pr);
     else if constexpr (L == HopperLoop::pingpong) consumer_pingpong<C>(sm, tile_slot, pr);

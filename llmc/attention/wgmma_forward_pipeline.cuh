@@ -111,6 +111,49 @@ __device__ __forceinline__ void release(uint32_t bar, int lane) {
     if (lane == 0) hp::mbar_arrive(bar);
 }
 
+// The mbarriers of the Q slots and the K, V rings: a "full" one completes on the producer's arrive.expect_tx and
+// the copy's bytes, an "empty" one on one arrival per consumer warp. One thread, before the block's barrier.
+template <class C>
+__device__ __forceinline__ void init_barriers(const Smem<C>& sm) {
+    for (int b = 0; b < 2; b++) {
+        hp::mbar_init(sm.q_full(b), 1);
+        hp::mbar_init(sm.q_empty(b), 4 * C::NC);
+    }
+    for (int s = 0; s < C::STAGES; s++) {
+        hp::mbar_init(sm.k_full(s), 1);
+        hp::mbar_init(sm.k_empty(s), 4 * C::NC);
+        hp::mbar_init(sm.v_full(s), 1);
+        hp::mbar_init(sm.v_empty(s), 4 * C::NC);
+    }
+    hp::fence_barrier_init();
+}
+
+// An item's key tiles 0 .. n_k-1 of head h, batch bb (TMA coordinates) into the K and V rings, each copy once its
+// slot is free; it counts the tiles issued so far (slot it % STAGES, phase (it / STAGES) & 1) and is advanced.
+template <class C>
+__device__ __forceinline__ void produce_kv(const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Smem<C>& sm, int& it,
+                                           int n_k, int h, int bb) {
+    for (int j = 0; j < n_k; j++, it++) {
+        const int s = it % C::STAGES;
+        const uint32_t phase = (it / C::STAGES) & 1;
+        hp::mbar_wait(sm.k_empty(s), phase ^ 1);  // slot s of K is free (the consumers are done with its last tile)
+        hp::mbar_arrive_expect_tx(sm.k_full(s), C::KV_BYTES);
+        for (int p = 0; p < C::PANELS; p++)
+            hp::tma_load_4d(sm.k(s) + p * C::BC * 128, tm_k, sm.k_full(s), 64 * p, j * C::BC, h, bb);
+        hp::mbar_wait(sm.v_empty(s), phase ^ 1);  // slot s of V is free
+        hp::mbar_arrive_expect_tx(sm.v_full(s), C::KV_BYTES);
+        for (int p = 0; p < C::PANELS; p++)
+            hp::tma_load_4d(sm.v(s) + p * C::BC * 128, tm_v, sm.v_full(s), 64 * p, j * C::BC, h, bb);
+    }
+}
+
+// The producer's next work item, from a fetch of a launch's work counter (g_tile_counter above says how it resets).
+__device__ __forceinline__ int next_item(int* counter, int total) {
+    const int fetched = atomicAdd(counter, 1);
+    if (fetched == total - 1) atomicExch(counter, 0);  // the last fetch of this launch: reset
+    return fetched + (int)gridDim.x;
+}
+
 // ---- the producer: one thread issues every TMA copy ---------------------------------------------------
 template <class C>
 __device__ __forceinline__ void producer(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v,
@@ -137,22 +180,8 @@ __device__ __forceinline__ void producer(const CUtensorMap* tm_q, const CUtensor
         hp::mbar_arrive_expect_tx(sm.q_full(b), C::Q_BYTES);
         for (int p = 0; p < C::PANELS; p++)
             hp::tma_load_4d(sm.q(b) + p * C::BR * 128, tm_q, sm.q_full(b), 64 * p, tl.qt * C::BR, h, bb);
-        const int n_k = key_tiles<C>(tl.qt, pr.T);
-        for (int j = 0; j < n_k; j++, it++) {
-            const int s = it % C::STAGES;
-            const uint32_t phase = (it / C::STAGES) & 1;
-            hp::mbar_wait(sm.k_empty(s), phase ^ 1);  // slot s of K is free (its previous tile fully used)
-            hp::mbar_arrive_expect_tx(sm.k_full(s), C::KV_BYTES);
-            for (int p = 0; p < C::PANELS; p++)
-                hp::tma_load_4d(sm.k(s) + p * C::BC * 128, tm_k, sm.k_full(s), 64 * p, j * C::BC, h, bb);
-            hp::mbar_wait(sm.v_empty(s), phase ^ 1);  // slot s of V is free
-            hp::mbar_arrive_expect_tx(sm.v_full(s), C::KV_BYTES);
-            for (int p = 0; p < C::PANELS; p++)
-                hp::tma_load_4d(sm.v(s) + p * C::BC * 128, tm_v, sm.v_full(s), 64 * p, j * C::BC, h, bb);
-        }
-        const int fetched = atomicAdd(&g_tile_counter, 1);
-        if (fetched == total - 1) atomicExch(&g_tile_counter, 0);  // the last fetch of this launch: reset
-        tile = fetched + (int)gridDim.x;
+        produce_kv<C>(tm_k, tm_v, sm, it, key_tiles<C>(tl.qt, pr.T), h, bb);
+        tile = next_item(&g_tile_counter, total);
     }
 }
 
