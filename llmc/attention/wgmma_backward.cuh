@@ -44,9 +44,9 @@
 // A warp-specialized dK/dV kernel (a TMA producer warp, two consumer warpgroups, a persistent grid) does not
 // beat this one at head size 64, and does at 128: wgmma_backward_ws.cuh, which is also the engine's entry
 // (attention_backward_flash_wgmma) and takes it there, after the warp-specialized dQ kernel of
-// wgmma_backward_dq_ws.cuh (this file's dQ kernel is the engine's at head size 64). The grids here come in two orders (GridOrder): head by
-// head (dev rung 5) and every head's heaviest blocks first (dev rung 9); at head size 64 the engine takes the
-// second where the dK/dV grid is short (attention_backward_flash_wgmma_order).
+// wgmma_backward_dq_ws.cuh (this file's dQ kernel is the engine's at head size 64). The grids here come in two
+// orders (GridOrder): head by head (dev rung 5) and every head's heaviest blocks first (dev rung 9); at head size
+// 64 the engine takes the second where the dK/dV grid is short (attention_backward_flash_wgmma_order).
 #pragma once
 #include <cstdint>
 #include <type_traits>

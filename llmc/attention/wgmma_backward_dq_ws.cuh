@@ -100,7 +100,8 @@ __device__ __forceinline__ void dq_gemm(float (&dq)[C::HS / 8][4], const uint32_
 // shared memory an m64n64k16 reads 4 KB (A and B) per 32 tensor-core cycles, all of the 128 bytes a cycle shared
 // memory delivers, beside the TMA copies landing; from registers only B is read (the page has the timings).
 template <class C>
-__device__ __forceinline__ void rows_gemm(float (&acc)[C::BC / 8][4], const uint32_t (&a)[C::HS / 16][4], uint32_t b_tile) {
+__device__ __forceinline__ void rows_gemm(float (&acc)[C::BC / 8][4], const uint32_t (&a)[C::HS / 16][4],
+                                          uint32_t b_tile) {
 #pragma unroll
     for (int kk = 0; kk < C::HS / 16; kk++) {
         const uint32_t panel = kk / 4, off = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row

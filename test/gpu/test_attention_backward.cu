@@ -7,10 +7,10 @@
 // behind the other two), then the backward runs again and must give the same bits (no floating-point atomics).
 // Every engine is asked for by name, and the mma engine also runs with both of its dK/dV blocks (8 and 4
 // warps); the wgmma engine's two kernels of wgmma_backward.cuh run in both grid orders too (head by head, and
-// heaviest first across heads: at head size 64 the engine picks one by the grid's length), which must give the same
-// bits, the engine's own where it runs them (at head size 128 its dQ kernel is the warp-specialized one), its fused kernel
-// with dQ made by the consumers and by a dQ warpgroup (dQ summed in fixed point: other bits, the same on every run;
-// a NaN input must still reach dQ, the last case).
+// heaviest first across heads: at head size 64 the engine picks one by the grid's length), which must give the
+// same bits, the engine's own where it runs them (at head size 128 its dQ kernel is the warp-specialized one), and
+// its fused kernel with dQ made by the consumers and by a dQ warpgroup (dQ summed in fixed point: other bits, the
+// same on every run; a NaN input must still reach dQ, the last case).
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -41,7 +41,7 @@ const BwdShape BWD_SHAPES[] = {
     {2, 37, 256, 2},   // HS 128, T a multiple of no tile, B > 1
     {1, 65, 256, 2},   // HS 128, one row into the second tile
     {1, 1000, 384, 3}, // HS 128, many tiles, 3 heads
-    {2, 1100, 1024, 8},// HS 128, 144 work items of 128 queries: more than a card's SMs, so a persistent block takes several
+    {2, 1100, 1024, 8},// HS 128, 144 work items of 128 queries, more than the SMs: some persistent blocks take two
 };
 
 // One third of dqkv (B,T,3,C): which = 0 (dq), 1 (dk), 2 (dv), as (B,T,C).
@@ -160,7 +160,8 @@ TEST_CASE("attention backward (flash): odd T, dQ/dK/dV each against the oracle, 
                 head_major_bits = first;
                 const bool two_kernels = C / NH == 64 && !attention_backward_flash_wgmma_fused_here(T, C / NH);
                 REQUIRE_MESSAGE(!wgmma_bits.empty(), "the wgmma engine ran before its two kernels");
-                if (two_kernels) CHECK_MESSAGE(first == wgmma_bits, "the wgmma engine and its two kernels give different bits: " << name);
+                if (two_kernels)
+                    CHECK_MESSAGE(first == wgmma_bits, "the wgmma engine and its two kernels give different bits: " << name);
             }
             if (name == heaviest_first) {  // the same blocks' work in either order: the same bits
                 REQUIRE_MESSAGE(!head_major_bits.empty(), "the head-by-head order ran before the heaviest-first one");

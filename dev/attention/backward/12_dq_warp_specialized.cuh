@@ -25,7 +25,9 @@
 
 namespace ladder::b12 {
 inline bool supports(int HS) { return HS == 64 || HS == 128; }  // and an sm_90a device, as rung 5
-inline size_t workspace_bytes(int B, int NH, int T, int) { return flashgpt2::attention_backward_d_floats(B, NH, T) * sizeof(float); }
+inline size_t workspace_bytes(int B, int NH, int T, int) {
+    return flashgpt2::attention_backward_d_floats(B, NH, T) * sizeof(float);
+}
 }  // namespace ladder::b12
 
 inline void attention_backward_dq_warp_specialized(const AttnBwdParams& p) {
