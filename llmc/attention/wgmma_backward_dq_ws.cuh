@@ -35,7 +35,7 @@
 #include "llmc/attention/mma_backward.cuh"             // FB_BR, fb_dot2, fb_finish_D, fb_store_dq
 #include "llmc/attention/schedule.h"                   // the items' order
 #include "llmc/attention/wgmma_forward_consumers.cuh"  // Turns
-#include "llmc/attention/wgmma_forward_pipeline.cuh"   // Smem, its barriers, produce_kv, decode_tile, release, to_p
+#include "llmc/attention/wgmma_forward_pipeline.cuh"   // Smem, its barriers, produce_kv, decode_tile, release, pv_gemm, to_p
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/ptx/hopper.cuh"
@@ -82,18 +82,6 @@ struct Args {
     const float* lse;   // (B, NH, T)
     int T, NH, BH, section_heads;
 };
-
-// dQ_i (64 × HS) (+)= dS_j (64 × Bc, registers) · K_j (Bc × HS, MN-major): the forward's pv_gemm, except that an
-// item's first product overwrites dQ_i (first = true), so dQ_i needs no zeros and no registers before it.
-template <class C>
-__device__ __forceinline__ void dq_gemm(float (&dq)[C::HS / 8][4], const uint32_t (&ds)[C::BC / 16][4], uint32_t k_tile,
-                                        bool first) {
-#pragma unroll
-    for (int kk = 0; kk < C::BC / 16; kk++) {
-        const uint64_t db = hp::smem_desc_plus(hp::smem_desc_sw128(k_tile, C::BC * 128, 1024), kk * 16 * 128);
-        hp::wgmma_rs<C::HS>(dq, ds[kk], db, !first || kk > 0);
-    }
-}
 
 // acc (64 × Bc) = A (64 × HS: this warpgroup's bf16 A fragments, ldmatrix'd from its rows of Q_i or dO_i) ·
 // B^T (B = K_j or V_j, Bc × HS, K-major): the forward's qk_gemm with A from registers, not shared memory. From
@@ -227,7 +215,8 @@ __device__ __forceinline__ void consumer(const Smem<C>& sm, const unsigned char*
                 }
             wa::to_p(ds, s);
             hp::wgmma_fence();                     // ds and dq written by this thread before the wgmma reads them
-            dq_gemm<C>(dq, ds, sm.k(sk), j == 0);  // dQ_i (+)= dS_j K_j (K_j read as the forward reads V_j)
+            wa::pv_gemm<C>(dq, ds, sm.k(sk), j == 0);  // dQ_i (+)= dS_j K_j: the forward's O += P V_j, K_j for V_j;
+                                                      // an item's first overwrites dQ_i (no zeros, no registers before)
             hp::wgmma_commit();
         };
 

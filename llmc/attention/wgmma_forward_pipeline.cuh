@@ -197,14 +197,15 @@ __device__ __forceinline__ void qk_gemm(float (&s)[C::BC / 8][4], uint32_t q_row
         hp::wgmma_ss<C::BC>(s, da, db, kk > 0);  // kk = 0 overwrites S
     }
 }
-// O (64 × HS) += P (64 × Bc, registers) · V_j (Bc × HS, MN-major): Bc/16 wgmmas, k along the keys.
+// O (64 × HS) += P (64 × Bc, registers) · V_j (Bc × HS, MN-major): Bc/16 wgmmas, k along the keys. first: O = P V_j
+// instead (the backward's dQ kernel, wgmma_backward_dq_ws.cuh, starts an item's dQ_i += dS K_j so, with no zeros).
 template <class C>
 __device__ __forceinline__ void pv_gemm(float (&o)[C::HS / 8][4], const uint32_t (&p)[C::BC / 16][4],
-                                        uint32_t v_tile) {
+                                        uint32_t v_tile, bool first = false) {
 #pragma unroll
     for (int kk = 0; kk < C::BC / 16; kk++) {
         const uint64_t db = hp::smem_desc_plus(hp::smem_desc_sw128(v_tile, C::BC * 128, 1024), kk * 16 * 128);
-        hp::wgmma_rs<C::HS>(o, p[kk], db, 1);
+        hp::wgmma_rs<C::HS>(o, p[kk], db, !first || kk > 0);
     }
 }
 template <int NB>
