@@ -10,7 +10,9 @@
 //   T >= 4096  llmc/ref/attention_sampled.h on 2 heads (the last and one at random): dQ at 33 query rows, dK and
 //              dV at 33 keys (both sides of the 64- and 128-row tile edges, the middle, the ends, 24 at random), so
 //              that a long shape validates in seconds; the whole dqkv is still scanned for NaN/inf
-// under the bf16 rule, whose baseline is rung 1 (naive) on the same inputs. Every rung must also give the same
+// under the bf16 rule, whose baseline is rung 1 (naive) on the same inputs. Where rung 1's P (B,NH,T,T) and
+// workspace do not fit on the card (T = 32K on an 80 GB one), its full-size cell is skipped, saying why, and the
+// baseline is rung 1 run on the checked heads alone (Problem::baseline_on_heads). Every rung must also give the same
 // bits on a second run (deterministic: no atomics, or atomics in a fixed order), and is said to give the
 // trainer's bits or not. Then it is timed (CUDA events, warm-up, median, L2 flushed) and scored with the
 // FlashAttention count for the backward.
@@ -148,6 +150,36 @@ inline void download_grads(const Shape& s, const void* dqkv, std::vector<float> 
                             harness::bf16_to_float(bits[(((size_t)b * s.T + t) * 3 + w) * C + h * s.HS + x]);
 }
 
+// NaN/inf elements of a bf16 tensor given as its bytes (little-endian): exponent bits all ones.
+inline size_t nonfinite_bf16(const std::vector<unsigned char>& b) {
+    size_t n = 0;
+    for (size_t e = 0; e < b.size(); e += 2) n += (((b[e + 1] & 0x7f) << 8 | b[e]) >> 7) == 0xff;
+    return n;
+}
+
+// Heads `heads` (b·NH + h) of a (B, T, K, NH, HS) bf16 tensor on the device <-> a (1, T, K, n, HS) one holding
+// just those heads, heads[hh] as head hh: K = 3 for qkv and dqkv, 1 for dout. One strided copy per head and slice.
+inline void copy_heads(const Shape& s, int K, const std::vector<int>& heads, void* full, void* sub, bool to_sub,
+                       cudaStream_t stream) {
+    const size_t n = heads.size(), hs = (size_t)s.HS * 2, full_pitch = K * s.NH * hs, sub_pitch = K * n * hs;
+    for (size_t hh = 0; hh < n; hh++)
+        for (int w = 0; w < K; w++) {
+            const int b = heads[hh] / s.NH, h = heads[hh] % s.NH;
+            char* f = (char*)full + ((size_t)b * s.T * K + w) * s.NH * hs + h * hs;  // (b, t = 0, w, h)
+            char* u = (char*)sub + (w * n + hh) * hs;                                // (0, t = 0, w, hh)
+            const auto kind = cudaMemcpyDeviceToDevice;
+            if (to_sub) cudaCheck(cudaMemcpy2DAsync(u, sub_pitch, f, full_pitch, hs, s.T, kind, stream));
+            else cudaCheck(cudaMemcpy2DAsync(f, full_pitch, u, sub_pitch, hs, s.T, kind, stream));
+        }
+}
+
+// llmc's naive forward: P (B, NH, T, T) into att, what rung 1 reads; O into out.
+inline void naive_forward(const Shape& s, void* out, void* att, const void* qkv, cudaStream_t stream) {
+    const int C = s.NH * s.HS;
+    DeviceBuffer ws(attention_workspace_bytes(Variant::naive, s.B, s.T, C, s.NH), "naive forward workspace");
+    attention_forward_naive((floatX*)out, (floatX*)att, ws.p, (const floatX*)qkv, s.B, s.T, C, s.NH, stream);
+}
+
 // One shape: inputs, the forwards' outputs, the oracle's answers; then check() and time() per rung.
 struct Problem {
     Shape s;
@@ -162,6 +194,7 @@ struct Problem {
     std::string trainer_engine;
     std::vector<Compared> baseline;           // rung 1's errors: the bf16 rule's baseline
     bool baseline_ok = false;
+    std::string naive_skip;                   // why rung 1 cannot run at full size on this card; empty: it can
     cudaStream_t stream;
 
     Problem(const Shape& shape, uint64_t seed, cudaStream_t st) : s(shape), sampled(shape.T >= kSampledFromT), stream(st) {
@@ -184,12 +217,23 @@ struct Problem {
         dout = std::make_unique<DeviceBuffer>(btc * 2, "dout");
         out = std::make_unique<DeviceBuffer>(btc * 2, "out");
         lse = std::make_unique<DeviceBuffer>((size_t)BH * s.T * 4, "lse");
-        att = std::make_unique<DeviceBuffer>((size_t)BH * s.T * s.T * 2, "P (the naive forward's)");
         dqkv = std::make_unique<DeviceBuffer>(3 * btc * 2, "dqkv");
         upload(qkv->p, h_qkv), upload(dout->p, h_dout);
-        {  // the forwards: naive -> P (B,NH,T,T); flash -> out, lse (its out is what the flash backwards read)
-            DeviceBuffer ws(attention_workspace_bytes(Variant::naive, s.B, s.T, C, s.NH), "naive forward workspace");
-            attention_forward_naive((floatX*)out->p, (floatX*)att->p, ws.p, (const floatX*)qkv->p, s.B, s.T, C, s.NH, stream);
+        // the forwards: naive -> P (B,NH,T,T), held while rung 1 runs beside its workspace (the naive forward's
+        // size), so both must fit in what is free now; else rung 1 runs on the checked heads alone
+        // (baseline_on_heads). flash -> out, lse (its out is what the flash backwards read).
+        size_t free_b = 0, total_b = 0;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        const size_t p_bytes = attention_saved_bytes(Variant::naive, s.B, s.T, s.NH),
+                     need = p_bytes + attention_workspace_bytes(Variant::naive, s.B, s.T, C, s.NH);
+        if (need <= free_b) {
+            att = std::make_unique<DeviceBuffer>(p_bytes, "P (the naive forward's)");
+            naive_forward(s, out->p, att->p, qkv->p, stream);
+        } else {
+            char b[160];
+            snprintf(b, sizeof b, "P (B,NH,T,T) and the naive workspace need %.1f GB, this card has %.1f GB free",
+                     need / 1e9, free_b / 1e9);
+            naive_skip = b;
         }
         attention_forward_flash((floatX*)out->p, (float*)lse->p, (const floatX*)qkv->p, s.B, s.T, C, s.NH, AttnEngine::best, stream);
         cudaCheck(cudaStreamSynchronize(stream));
@@ -248,7 +292,7 @@ struct Problem {
     }
     AttnBwdParams params(void* workspace) const {
         return {(floatX*)dqkv->p, (const floatX*)dout->p, (const floatX*)qkv->p, (const floatX*)out->p,
-                (const float*)lse->p, (const floatX*)att->p, s.B, s.NH, s.T, s.HS, workspace, stream};
+                (const float*)lse->p, att ? (const floatX*)att->p : nullptr, s.B, s.NH, s.T, s.HS, workspace, stream};
     }
 
     // The rung's dq, dk, dv as the checks compare them: whole tensors, or the sampled heads, rows and keys.
@@ -287,9 +331,8 @@ struct Problem {
         r.run(p);
         cudaCheck(cudaStreamSynchronize(stream));
         cudaCheck(cudaGetLastError());
-        size_t nonfinite = 0;  // the whole dqkv, whatever the oracle checks
         const std::vector<unsigned char> first = download_bits();
-        for (size_t e = 0; e < first.size(); e += 2) nonfinite += (((first[e + 1] & 0x7f) << 8 | first[e]) >> 7) == 0xff;
+        const size_t nonfinite = nonfinite_bf16(first);  // the whole dqkv, whatever the oracle checks
         const std::string lbl = report::label(r) + " " + s.str() + ", oracle on " + coverage();
         const harness::Verdict v = harness::validate(lbl, checks(), is_baseline ? harness::Rule::Bf16Baseline : harness::Rule::Bf16,
                                                      is_baseline ? nullptr : &baseline);
@@ -302,6 +345,46 @@ struct Problem {
                first == trainer_bits ? "the same as" : "differs from", trainer_engine.c_str());
         if (!is_baseline && !baseline_ok) printf("  %s: FAIL (its baseline, rung 1, failed its own check)\n", lbl.c_str());
         return v.ok && same && !nonfinite && baseline_ok;
+    }
+
+    // The bf16 rule's baseline where rung 1 does not fit at full size (naive_skip): rung 1 on a sub-problem made of
+    // the checked heads alone, (1, n, T, HS), their qkv and dout gathered from the full tensors; llmc's naive forward
+    // then rung 1, as at full size. Each head's attention is independent, so a head's error here is its error in
+    // the full problem. Its dQ, dK, dV go back to those heads' places in a zeroed dqkv, where checks() picks them
+    // (zero, not NaN, elsewhere: a whole-head check scans every head); its own dqkv is scanned for NaN/inf whole.
+    void baseline_on_heads(const BwdRung& r) {
+        const int n = (int)heads.size();
+        const Shape sub{1, n, s.T, s.HS};
+        printf(" baseline for the bf16 rule: %s on the %d checked heads alone, as %s (at %s, %s)\n",
+               report::label(r).c_str(), n, sub.str().c_str(), s.str().c_str(), naive_skip.c_str());
+        DeviceBuffer q(3 * sub.elems() * 2, "qkv of the checked heads");  // (1, T, 3, n, HS)
+        DeviceBuffer d(sub.elems() * 2, "dout of the checked heads");      // (1, T, n, HS)
+        DeviceBuffer o(sub.elems() * 2, "out of the checked heads");       // (1, T, n, HS)
+        DeviceBuffer a(attention_saved_bytes(Variant::naive, 1, s.T, n), "P of the checked heads");  // (1, n, T, T)
+        DeviceBuffer g(3 * sub.elems() * 2, "dqkv of the checked heads");  // (1, T, 3, n, HS)
+        copy_heads(s, 3, heads, qkv->p, q.p, true, stream);
+        copy_heads(s, 1, heads, dout->p, d.p, true, stream);
+        naive_forward(sub, o.p, a.p, q.p, stream);
+        DeviceBuffer ws(r.workspace_bytes ? r.workspace_bytes(1, n, s.T, s.HS) : 0, "workspace");
+        harness::poison(g.p, 3 * sub.elems() * 2, stream);
+        r.run({(floatX*)g.p, (const floatX*)d.p, (const floatX*)q.p, (const floatX*)o.p, nullptr, (const floatX*)a.p,
+               1, n, s.T, s.HS, ws.p, stream});  // rung 1 reads P, not out or lse
+        cudaCheck(cudaMemsetAsync(dqkv->p, 0, 3 * s.elems() * 2, stream));
+        copy_heads(s, 3, heads, dqkv->p, g.p, false, stream);
+        std::vector<unsigned char> bits(3 * sub.elems() * 2);
+        cudaCheck(cudaMemcpyAsync(bits.data(), g.p, bits.size(), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        cudaCheck(cudaGetLastError());
+        const std::string lbl = report::label(r) + " " + sub.str() + ", the checked heads of " + s.str();
+        const harness::Verdict v =
+            harness::validate(lbl + ", oracle on " + coverage(), checks(), harness::Rule::Bf16Baseline);
+        const size_t nonfinite = nonfinite_bf16(bits);
+        if (nonfinite) printf("  %s: FAIL (%zu NaN/inf elements in its dqkv)\n", lbl.c_str(), nonfinite);
+        baseline = v.tensors, baseline_ok = v.ok && !nonfinite;
+    }
+    std::string baseline_note() const {  // for the report's coverage: where the baseline ran, if not at full size
+        if (naive_skip.empty()) return "";
+        return "; rung 1, the bf16 rule's baseline, ran on those " + std::to_string(heads.size()) + " heads alone";
     }
 
     report::Measured time(const BwdRung& r, double budget_s) {
@@ -321,6 +404,7 @@ struct Problem {
 // One cell of the table: rung r validated, then timed; or why it was skipped.
 inline report::Cell cell(const BwdRung& r, Problem& p, bool timed) {
     if (!r.supports(p.s.HS)) return {"skip: head dim " + std::to_string(p.s.HS) + " not supported", {}};
+    if (r.id == 1 && !p.naive_skip.empty()) return {"skip: " + p.naive_skip, {}};  // the baseline ran on the heads
     try {
         if (!p.check(r, r.id == 1)) return {"FAIL", {}};
         return {"ok", timed ? p.time(r, 0.5) : report::Measured{}};
@@ -356,18 +440,22 @@ inline void time_wgmma_kernels_apart(const char* label, Problem& p, cudaStream_t
         });
 }
 
-// The baseline of the bf16 rule first: rung 1 of `table`, checked on its own when it is not among `rungs`.
+// The baseline of the bf16 rule first: rung 1 of `table`, checked on its own when it is not among `rungs`, or on
+// the checked heads alone when it does not fit at full size.
 template <class Table>
 inline void ensure_baseline(Problem& p, const Table& table, const std::vector<const BwdRung*>& rungs) {
+    const BwdRung* naive = nullptr;
+    for (const BwdRung& r : table)
+        if (r.id == 1 && !naive) naive = &r;
+    if (!naive) fail("the RUNGS_BWD table has no rung 1 (naive): the bf16 rule needs it");
+    if (!p.naive_skip.empty()) {
+        p.baseline_on_heads(*naive);
+        return;
+    }
     for (const BwdRung* r : rungs)
         if (r->id == 1) return;  // it runs first, as the table's first entry
-    for (const BwdRung& r : table)
-        if (r.id == 1) {
-            printf(" baseline for the bf16 rule: %s on the same inputs\n", report::label(r).c_str());
-            p.check(r, true);
-            return;
-        }
-    fail("the RUNGS_BWD table has no rung 1 (naive): the bf16 rule needs it");
+    printf(" baseline for the bf16 rule: %s on the same inputs\n", report::label(*naive).c_str());
+    p.check(*naive, true);
 }
 
 // `runner bench --pass bwd`: every rung of rep.rungs on the backward's anchor shapes. Returns the failures.
@@ -383,7 +471,7 @@ inline int bench(report::Report<BwdRung>& rep, const Table& table, uint64_t seed
         rep.cells.emplace_back();
         try {
             Problem p(s, seed + rep.shapes.size(), stream);
-            rep.coverage.push_back(p.coverage());
+            rep.coverage.push_back(p.coverage() + p.baseline_note());
             printf("== %s: the oracle checks %s\n", s.str().c_str(), p.coverage().c_str());
             ensure_baseline(p, table, rep.rungs);
             for (const BwdRung* r : rep.rungs) {
