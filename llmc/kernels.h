@@ -207,7 +207,7 @@ inline size_t workspace_bytes(const KernelSet& ks, int B, int T, int C, int NH, 
     auto take = [&](size_t b) { bytes = b > bytes ? b : bytes; };
     take(encoder_backward_workspace_bytes(ks[Layer::encoder], B, T, C, Vp));
     take(layernorm_backward_workspace_bytes(ks[Layer::layernorm], N, C));
-    take(matmul_backward_workspace_bytes(ks[Layer::matmul], N, Vp > 4 * C ? Vp : 4 * C));
+    take(matmul_backward_workspace_bytes(ks[Layer::matmul], N, Vp > 4 * C ? Vp : 4 * C, 4 * C));
     take(attention_workspace_bytes(ks[Layer::attention], B, T, C, NH));
     take(classifier_workspace_bytes(ks[Layer::classifier], N, Vp));
     take(global_norm_workspace_bytes(ks[Layer::adamw]));
@@ -347,9 +347,12 @@ inline void matmul_gelu_forward(const OpContext& ctx, floatX* out_gelu, floatX* 
 // dinp (N,C) = dout (N,OC) @ w;  dw (OC,C) += dout^T @ inp;  dbias (OC) += colsum(dout) (dbias may be null).
 // pre_gelu (N,C) non-null: the input of this matmul was gelu(pre_gelu), and dinp is returned already
 // multiplied by gelu'(pre_gelu) (flash+flash: the GEMM's epilogue, wgmma's or cuBLASLt's DGELU; otherwise the
-// gelu backward op).
+// gelu backward op). dbias_pre (C) non-null: += colsum(dinp), the bias gradient of the matmul that made
+// pre_gelu (flash+flash: the wgmma engine sums dinp's tiles while they are on chip; workspace_bytes sizes its
+// sums for the model's GELU matmul, C = 4 * the model's C).
 inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
-                            const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC) {
+                            const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
+                            floatX* dbias_pre = nullptr) {
     const bool fuse_gelu = pre_gelu && gelu_fused(ctx.ks);
     {
         ProfileSpan s(ctx.prof, Layer::matmul, Pass::backward, ctx.stream);
@@ -357,9 +360,14 @@ inline void matmul_backward(const OpContext& ctx, floatX* dinp, floatX* dw, floa
             matmul_backward_naive(dinp, dw, dbias, dout, inp, w, N, C, OC, ctx.stream);
         else
             matmul_backward_flash(dinp, dw, dbias, ctx.ws, dout, inp, w, fuse_gelu ? pre_gelu : nullptr, N, C, OC,
-                                  ctx.stream, ctx.ks.matmul_engine);
+                                  ctx.stream, ctx.ks.matmul_engine, fuse_gelu ? dbias_pre : nullptr);
     }
     if (pre_gelu && !fuse_gelu) gelu_backward(ctx, dinp, pre_gelu, dinp, (size_t)N * C);
+    if (dbias_pre && !fuse_gelu) {  // the column sum of the finished dinp, charged to matmul like any dbias
+        ProfileSpan s(ctx.prof, Layer::matmul, Pass::backward, ctx.stream);
+        if (ctx.ks.naive(Layer::matmul)) colsum_naive(dbias_pre, dinp, N, C, ctx.stream);
+        else colsum_flash(dbias_pre, ctx.ws, (const floatX*)dinp, N, C, ctx.stream);
+    }
 }
 
 // out (B,T,C) = causal self-attention of qkv (B,T,3,NH,HS), softmax scale 1/sqrt(HS).

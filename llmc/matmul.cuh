@@ -348,46 +348,63 @@ inline void matmul_backward_naive(floatX* dinp, floatX* dw, floatX* dbias, const
     if (dbias) colsum_naive(dbias, dout, N, OC, stream);  // one thread per element of dbias (kernel_common.cuh)
 }
 
-// dbias, flash: a deterministic two-stage column sum of dout (N, OC), in one kernel. Stage 1: rows are cut into
-// S splits (S depends only on N); a block of DBIAS_WARPS warps takes 32 * X128 columns of one split: each lane
-// reads X128 consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take
+// dbias, flash: a deterministic two-stage column sum of x (N, OC), in one kernel; x is dout (floatX), or fp32
+// partial sums (the GELU matmul's per-tile column sums, below). Stage 1: rows are cut into S splits (S depends
+// only on N); a block of DBIAS_WARPS warps takes 32 * V columns of one split (V elements of T per 16 bytes): each
+// lane reads V consecutive columns with one 16-byte load (a warp reads 512 contiguous bytes of a row), warps take
 // every DBIAS_WARPS-th row, and the block adds its warps' sums in a fixed order into partial (S, OC). Stage 2:
 // the last of a column group's S blocks to finish (an arrival counter per group) adds the S partials per column
 // in order, so no second kernel and its handover. (The 16-byte loads took about a third off the wide OCs against
 // one 2-byte load per thread and row: doc/kernels.md.)
-constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8, DBIAS_COLS = 32 * X128;
-static_assert(DBIAS_COLS <= DBIAS_WARPS * 32, "a block has a thread for each column of its group (stage 2)");
+constexpr int DBIAS_ROWS_PER_SPLIT = 64, DBIAS_MAX_SPLITS = 64, DBIAS_WARPS = 8;
+template <class T>
+constexpr int DBIAS_COLS = 32 * Packed128<T>::size;  // the columns of one block's group
+static_assert(DBIAS_COLS<floatX> <= DBIAS_WARPS * 32 && DBIAS_COLS<float> <= DBIAS_WARPS * 32,
+              "a block has a thread for each column of its group (stage 2)");
 constexpr int DBIAS_MAX_GROUPS = 1024;  // column groups the arrival counters cover: OC <= 1024 * DBIAS_COLS
 // Per column group: how many of its S blocks have written their partials. Zero when a kernel starts (zero at
 // load, and the last block of each group puts it back), so calls on one stream follow each other safely; two
 // streams must not run dbias at once.
 static __device__ unsigned int dbias_arrivals[DBIAS_MAX_GROUPS];
 inline int dbias_splits(int N) { return std::min(DBIAS_MAX_SPLITS, ceil_div(N, DBIAS_ROWS_PER_SPLIT)); }
+// The GELU matmul's backward (wgmma engine) sums dpre's columns per slice of this many rows.
+constexpr int DGELU_COLSUM_ROWS = 64;
 
-inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC) {
-    return v == Variant::naive ? 0 : ws_round((size_t)dbias_splits(N) * max_OC * sizeof(float));
+inline int dgelu_colsum_slices(int N) { return ceil_div(N, DGELU_COLSUM_ROWS); }
+
+// The flash backward's workspace: dbias's split partials (S, OC) for any OC up to max_OC, or for the bias
+// gradient of pre the GELU matmul's slice sums (ceil(N / 64), gelu_OC) and then their split partials (gelu_OC:
+// the width of that matmul's dinp, 4C, not the LM head's Vp).
+inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC, int gelu_OC) {
+    if (v == Variant::naive) return 0;
+    const int slices = dgelu_colsum_slices(N);
+    return std::max(ws_round((size_t)dbias_splits(N) * max_OC * sizeof(float)),
+                    ws_round((size_t)slices * gelu_OC * sizeof(float)) +
+                        ws_round((size_t)dbias_splits(slices) * gelu_OC * sizeof(float)));
 }
 
+template <class T>
 static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
-    matmul_backward_dbias_kernel(floatX* dbias, float* partial, const floatX* dout, int N, int OC) {
+    matmul_backward_dbias_kernel(floatX* dbias, float* partial, const T* x, int N, int OC) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    __shared__ float sums[DBIAS_WARPS][DBIAS_COLS];
+    constexpr int V = Packed128<T>::size, COLS = DBIAS_COLS<T>;
+    __shared__ float sums[DBIAS_WARPS][COLS];
     __shared__ bool last;  // this block is its column group's last to finish stage 1
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, split = blockIdx.y, S = gridDim.y;
-    const int col0 = blockIdx.x * DBIAS_COLS, oc = col0 + lane * X128;  // this lane's X128 columns
+    const int col0 = blockIdx.x * COLS, oc = col0 + lane * V;  // this lane's V columns
     const int rows = ceil_div(N, S), r0 = split * rows, r1 = min(N, r0 + rows);
-    float acc[X128] = {};
+    float acc[V] = {};
     if (oc < OC) {
 #pragma unroll 4
         for (int n = r0 + warp; n < r1; n += DBIAS_WARPS) {
-            const Packed128<floatX> d = load128(dout + (size_t)n * OC + oc);
-            for (int e = 0; e < X128; e++) acc[e] += to_float(d[e]);
+            const Packed128<T> d = load128(x + (size_t)n * OC + oc);
+            for (int e = 0; e < V; e++) acc[e] += to_float(d[e]);
         }
     }
-    for (int e = 0; e < X128; e++) sums[warp][lane * X128 + e] = acc[e];
+    for (int e = 0; e < V; e++) sums[warp][lane * V + e] = acc[e];
     __syncthreads();  // every warp's column sums are in shared memory before they are added across warps
     const int c = col0 + threadIdx.x;  // the one column of the group this thread adds, if any
-    const bool mine = threadIdx.x < DBIAS_COLS && c < OC;
+    const bool mine = threadIdx.x < COLS && c < OC;
     if (mine) {
         float s = 0.0f;
         for (int w = 0; w < DBIAS_WARPS; w++) s += sums[w][threadIdx.x];  // fixed order: deterministic
@@ -407,14 +424,39 @@ static __global__ void __launch_bounds__(DBIAS_WARPS * 32)
     dbias[c] = from_float<floatX>(to_float(dbias[c]) + s);
 }
 
+// dbias (OC) += the column sums of x (N, OC), through the kernel above; ws holds its (S, OC) partials.
+template <class T>
+inline void colsum_flash(floatX* dbias, void* ws, const T* x, int N, int OC, cudaStream_t stream) {
+    constexpr int V = Packed128<T>::size;
+    if (OC % V != 0 || !aligned16(x))
+        fail("matmul_backward_flash: dbias reads 16-byte rows: OC=%d must be a multiple of %d and its input 16-byte "
+             "aligned", OC, V);
+    const int S = dbias_splits(N), groups = ceil_div(OC, DBIAS_COLS<T>);
+    if (groups > DBIAS_MAX_GROUPS)
+        fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS<T>);
+    float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
+    launch_dependent(matmul_backward_dbias_kernel<T>, dim3(groups, S), DBIAS_WARPS * 32, 0, stream, dbias, partial, x,
+                     N, OC);
+}
+
 // pre_gelu != nullptr: dinp is multiplied by gelu'(pre_gelu) in the epilogue (CUBLASLT_EPILOGUE_DGELU, or the
-// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks).
+// wgmma engine's, as gelu_matmul_engine(engine, C, OC) picks). dbias_pre != nullptr (with pre_gelu): += the column
+// sums of that dinp, the bias gradient of the matmul that made pre_gelu. The wgmma engine sums them in its epilogue
+// (one fp32 row per 64 rows of dinp, then the kernel above adds those), so dinp is not read back; on cuBLASLt the
+// column sum reads dinp.
 inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void* ws, const floatX* dout,
                                   const floatX* inp, const floatX* w, const floatX* pre_gelu, int N, int C, int OC,
-                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best) {
+                                  cudaStream_t stream, MatmulEngine engine = MatmulEngine::best,
+                                  floatX* dbias_pre = nullptr) {
     const bool wgmma = pre_gelu && gelu_matmul_engine(engine, C, OC) == MatmulEngine::wgmma;
 #if !defined(ENABLE_FP32)
-    if (wgmma) matmul_backward_dgelu_wgmma(dinp, pre_gelu, dout, w, N, C, OC, stream);
+    if (wgmma) {
+        static_assert(DGELU_COLSUM_ROWS == wgmma_matmul::BM / 2, "a consumer warpgroup's slice of the engine's tile");
+        WorkspaceCarver carve(ws);
+        float* slices = dbias_pre ? carve.take<float>((size_t)dgelu_colsum_slices(N) * C) : nullptr;  // (N / 64, C)
+        matmul_backward_dgelu_wgmma(dinp, slices, pre_gelu, dout, w, N, C, OC, stream);
+        if (dbias_pre) colsum_flash(dbias_pre, carve.p, slices, dgelu_colsum_slices(N), C, stream);
+    }
 #endif
     // dinp^T (C, N) = (w as (C,OC)) @ (dout as (OC,N))
     if (!wgmma)
@@ -423,18 +465,8 @@ inline void matmul_backward_flash(floatX* dinp, floatX* dw, floatX* dbias, void*
     // dw^T (C, OC) += (inp as (C,N)) @ (dout as (OC,N))^T
     cublaslt_matmul(dw, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
                     0, stream);
-    if (dbias) {
-        if (OC % X128 != 0 || !aligned16(dout))
-            fail("matmul_backward_flash: dbias reads 16-byte rows: OC=%d must be a multiple of %d and dout 16-byte aligned",
-                 OC, X128);
-        const int S = dbias_splits(N);
-        float* partial = WorkspaceCarver(ws).take<float>((size_t)S * OC);  // (S, OC)
-        const int groups = ceil_div(OC, DBIAS_COLS);
-        if (groups > DBIAS_MAX_GROUPS)
-            fail("matmul_backward_flash: dbias of OC=%d columns: at most %d", OC, DBIAS_MAX_GROUPS * DBIAS_COLS);
-        launch_dependent(matmul_backward_dbias_kernel, dim3(groups, S), DBIAS_WARPS * 32, 0, stream, dbias, partial, dout,
-                         N, OC);
-    }
+    if (dbias) colsum_flash(dbias, ws, dout, N, OC, stream);
+    if (dbias_pre && !wgmma) colsum_flash(dbias_pre, ws, dinp, N, C, stream);
 }
 
 }  // namespace flashgpt2

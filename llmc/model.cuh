@@ -484,8 +484,9 @@ inline void GPT2Model::backward() {
         // MLP: dres = d residual3, passed unchanged to residual2 and to fcproj (then through the GELU);
         // with recompute, GELU's output first (the forward left the last block's in the shared buffer)
         if (recompute && l < L - 1) gelu_forward(ctx, y.fch_gelu, y.fch, (size_t)N * 4 * C);
-        matmul_backward(ctx, dbt4c, dw.fcprojw, nullptr, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C);
-        matmul_backward(ctx, dbtc, dw.fcw, dw.fcb, dbt4c, y.ln2, w.fcw, nullptr, N, C, 4 * C);
+        // (fcproj's backward ends in d fch: it also sums fc's bias gradient, so fc's gets none)
+        matmul_backward(ctx, dbt4c, dw.fcprojw, nullptr, dres, y.fch_gelu, w.fcprojw, y.fch, N, 4 * C, C, dw.fcb);
+        matmul_backward(ctx, dbtc, dw.fcw, nullptr, dbt4c, y.ln2, w.fcw, nullptr, N, C, 4 * C);
         layernorm_backward(ctx, dres, dw.ln2w, dw.ln2b, dw.attprojb, dbtc, y.residual2, w.ln2w, y.ln2_mean,
                            y.ln2_rstd, N, C);
         // attention: dres = d residual2, passed to the block input and to attproj

@@ -1,6 +1,8 @@
 // The MLP's GELU matmuls: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against cuBLASLt with the same fused
 // epilogue (GELU_AUX_BIAS forward, DGELU backward) and against cuBLASLt's plain GEMM of the same shape (the bias
-// epilogue forward, none backward): what the epilogue costs each of them.
+// epilogue forward, none backward): what the epilogue costs each of them. A third row per shape adds the bias
+// gradient of the layer that made pre, dbias += colsum(dpre): summed by the engine in its epilogue, and
+// by the column-sum kernel (llmc/matmul.cuh) reading dpre back after cuBLASLt.
 //   ./build/matmul_gelu_bench [--out FILE]        validates every shape, then times the GPT-2 ones
 //   --time-only (no validation: for experiments that skip part of the product), --first (d12 B=16 only: for ncu),
 //   --odd (validates the odd shapes only, times nothing: small enough for compute-sanitizer)
@@ -32,6 +34,7 @@ struct Shape {
 struct Buffers {
     std::vector<uint16_t> a, w, bias, pre_in;  // host copies (bf16 bits)
     bf16 *da, *dw, *dbias, *dpre_in, *dout, *dpre;
+    float* ws;  // the column sums' partials (matmul_backward_workspace_bytes)
 };
 
 static bf16* upload(const std::vector<uint16_t>& h) {
@@ -62,10 +65,12 @@ static Buffers make_buffers(const Shape& s, std::mt19937& rng) {
     b.da = upload(b.a), b.dw = upload(b.w), b.dbias = upload(b.bias), b.dpre_in = upload(b.pre_in);
     cudaCheck(cudaMalloc(&b.dout, (size_t)s.M * s.N * 2));
     cudaCheck(cudaMalloc(&b.dpre, (size_t)s.M * s.N * 2));
+    cudaCheck(cudaMalloc(&b.ws, matmul_backward_workspace_bytes(Variant::flash, s.M, s.N, s.N)));
     return b;
 }
 static void free_buffers(Buffers& b) {
     for (bf16* p : {b.da, b.dw, b.dbias, b.dpre_in, b.dout, b.dpre}) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(b.ws));
 }
 
 // The two passes, by engine. Forward: w is (N, K); backward: the same w bytes read as (K, N), dout = a.
@@ -75,11 +80,24 @@ static void run_forward(bool engine, const Shape& s, Buffers& b, bool fused = tr
                               MatmulEngine::cublaslt);  // (the default engine on Hopper is the wgmma one)
 }
 static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = true) {
-    if (engine) matmul_backward_dgelu_wgmma(b.dout, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
+    if (engine) matmul_backward_dgelu_wgmma(b.dout, nullptr, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
     else  // column-major: dpre^T (N, M) = (w as (N,K) col-major) @ (dout as (K,M))
         cublaslt_matmul(b.dout, b.dw, b.da, s.N, s.M, s.K, false, false, s.N, s.K, s.N, 0.0f,
                         fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                         fused ? b.dpre_in : nullptr, s.N, 0);
+}
+
+// The backward and the bias gradient (into b.dbias, which is only timed): the engine's slice sums, then their
+// column sum; or the pass, then the column sum of dpre.
+static void run_backward_dbias(bool engine, const Shape& s, Buffers& b, bool fused = true) {
+    if (engine) {
+        const int slices = dgelu_colsum_slices(s.M);
+        matmul_backward_dgelu_wgmma(b.dout, b.ws, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
+        colsum_flash(b.dbias, (char*)b.ws + ws_round((size_t)slices * s.N * sizeof(float)), b.ws, slices, s.N, 0);
+    } else {
+        run_backward(false, s, b, fused);
+        colsum_flash(b.dbias, b.ws, (const bf16*)b.dout, s.M, s.N, 0);
+    }
 }
 
 // Validates one pass of one shape; returns false on failure.
@@ -174,27 +192,39 @@ static int bench_main(int argc, char** argv) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     std::string table = std::string("The MLP's GELU matmuls, bf16: the wgmma engine (llmc/matmul/wgmma_gelu.cuh) against "
         "cuBLASLt with the same fused epilogue (GELU_AUX_BIAS, DGELU) and cuBLASLt's plain GEMM of the shape (bias "
-        "only; none). Card: ") + prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
+        "only; none); \"backward + colsum(dpre)\" adds the bias gradient of pre, summed by the engine in its epilogue and "
+        "by llmc's column-sum kernel after cuBLASLt. Card: ") + prop.name + " · " + utc_timestamp() + " · `make bench-matmul` (dev/matmul/gelu_bench.cu)"
         "; CUDA events, median, L2 flushed before each run; % of the " + PEAK_BF16_NAME + ".\n\n"
         "| shape (M, N, K) | model | pass | wgmma (ms) | cuBLASLt fused (ms) | cuBLASLt plain (ms) | wgmma TFLOP/s | "
         "% of peak | fused ÷ wgmma |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n";
     for (const Shape& s : gpt2) {
         if (only_first && &s != &gpt2[0]) break;
         Buffers b = make_buffers(s, rng);
-        for (int backward = 0; backward < 2; backward++) {
+        for (int pass = 0; pass < 3; pass++) {  // forward, backward, backward + the bias gradient of pre
             double ms[3];
             for (int v = 0; v < 3; v++) {  // wgmma, cuBLASLt fused, cuBLASLt plain
                 auto launch = [&] {
-                    backward ? run_backward(v == 0, s, b, v < 2) : run_forward(v == 0, s, b, v < 2);
+                    if (pass == 0) run_forward(v == 0, s, b, v < 2);
+                    else if (pass == 1) run_backward(v == 0, s, b, v < 2);
+                    else run_backward_dbias(v == 0, s, b, v < 2);
                 };
                 ms[v] = hn::benchmark(launch, 0).median_ms;
             }
             char line[256];
             const double tflops = 2.0 * s.M * s.N * s.K / (ms[0] * 1e9);
             snprintf(line, sizeof line, "| (%d, %d, %d) | %s | %s | %.4f | %.4f | %.4f | %.0f | %.0f%% | %.2f× |\n",
-                     s.M, s.N, s.K, s.what, backward ? "backward (DGELU)" : "forward (GELU, bias)", ms[0], ms[1], ms[2],
+                     s.M, s.N, s.K, s.what,
+                     pass == 0 ? "forward (GELU, bias)" : pass == 1 ? "backward (DGELU)" : "backward + colsum(dpre)",
+                     ms[0], ms[1], ms[2],
                      tflops, 100.0 * tflops / PEAK_BF16_TFLOPS, ms[1] / ms[0]);
             table += line;
+            if (pass == 2) {  // what the engine did before it summed its tiles: the pass, then the column sum of dpre
+                const double sep = hn::benchmark([&] {
+                    run_backward(true, s, b);
+                    colsum_flash(b.dbias, b.ws, (const bf16*)b.dout, s.M, s.N, 0);
+                }, 0).median_ms;
+                printf("  %s: wgmma then the column sum of dpre %.4f ms, with the slice sums %.4f ms\n", s.what, sep, ms[0]);
+            }
         }
         free_buffers(b);
     }

@@ -12,7 +12,9 @@
 //   2 consumer warpgroups each owns 64 rows of the BM × BN = 128 × 256 tile: one m64n256k16 wgmma per 16 of k,
 //                        a 64 × 256 fp32 accumulator in 128 registers; the epilogue writes bf16 64 × 64 boxes
 //                        into 128-byte-swizzled shared memory and TMA stores copy them out while the
-//                        warpgroup goes on to its next tile
+//                        warpgroup goes on to its next tile. Backward, when asked, the epilogue also sums its
+//                        slice's columns (the bias gradient of the layer that made pre, without reading dpre
+//                        back from HBM): in registers, across lanes by shuffles, across warps in shared memory
 // The tiles go round-robin over one block per SM, column tile fastest: the blocks running together share rows of
 // A (in L2), and all of B (4C × C, a few MB) stays in L2.
 // What is still slow (dev/matmul/gelu_bench.cu; doc/kernels.md has the measurements): the mainloop alone beats
@@ -44,7 +46,11 @@ constexpr int BOX = 64 * 64 * 2;                                 // one 64 × 64
 constexpr int SLOTS_BYTES = (BN / 64) * BOX;                     // per consumer: 4 boxes, a backward 64 × 256 slice
 constexpr int OUT_OFF = STAGES * STAGE_BYTES;
 constexpr int BAR_OFF = OUT_OFF + 2 * SLOTS_BYTES;               // full[STAGES], empty[STAGES], pre_full[2], ready[2]
-constexpr int SMEM = BAR_OFF + 16 * STAGES + 32 + 1024;          // + room to align the base to 1024 bytes
+constexpr int SUMS_OFF = BAR_OFF + 128;                          // backward column sums: [tile parity][cw][warp][BN]
+constexpr int SUMS_BYTES = 2 * 2 * 4 * BN * 4;                   // fp32, 16 KB
+constexpr int SMEM = SUMS_OFF + SUMS_BYTES + 1024;               // + room to align the base to 1024 bytes
+constexpr int SMEM_FORWARD = SUMS_OFF + 1024;                    // (the forward has no column sums: more L1 left)
+static_assert(16 * STAGES + 32 <= 128, "the barriers fit before the column sums");
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(SMEM <= 227 * 1024, "one block per SM, within the opt-in shared memory (4 stages do not fit)");
 // (PRODUCER_REGS 48 passed a check against the SM's 65536 registers and hung every launch: 168 × 384 is the budget)
@@ -59,6 +65,7 @@ struct Problem {
     bf16* out;          // (M, N): gelu(pre) forward, dpre backward
     bf16* pre;          // (M, N): written forward, read backward
     const bf16* bias;   // (N) forward, or nullptr
+    float* colsum;      // (ceil(M / 64), N) backward, or nullptr: row s = the column sums of dpre's rows 64s..64s+63
     int M, N, K;
 };
 struct Maps {           // TMA maps of out and pre, boxes of 64 × 64, 128-byte swizzle
@@ -209,11 +216,53 @@ __device__ __forceinline__ void epilogue_forward(float (&acc)[BN / 8][4], const 
         }
     }
 }
+// Backward column sums, part 1: a warp's 16 rows of the slice (dpre in fp32, in acc[j][0..3]) summed per column
+// into sums (BN floats of shared memory). A lane adds its two rows; then three halving rounds over the 8 lanes that
+// share t (lane bits 4, 3, 2): a lane keeps half of its columns, gives the other half to its partner and adds the
+// partner's half of its own, so 56 shuffles instead of 3 × 64. After them lane (g, t) holds columns 8j + 2t + e
+// for j = 4g .. 4g + 3. Stored as float2 pairs p = 4j + t, XOR-swizzled by g % 4 so that a warp's stores spread over
+// the banks. A fixed order: the same bits every run.
+template <int M, int HALF>  // partner lane mask; column blocks kept (HALF .. 2 HALF - 1 by the upper lane, moved down)
+__device__ __forceinline__ void halve_columns(float (&acc)[BN / 8][4], int lane) {
+    const bool upper = lane & M;
+#pragma unroll
+    for (int q = 0; q < HALF; q++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float lo = acc[q][e], hi = acc[q + HALF][e];
+            acc[q][e] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, M);
+        }
+}
+__device__ __forceinline__ void warp_column_sums(float (&acc)[BN / 8][4], uint32_t sums, int lane, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) acc[j][0] += acc[j][2], acc[j][1] += acc[j][3];
+    halve_columns<16, BN / 16>(acc, lane);
+    halve_columns<8, BN / 32>(acc, lane);
+    halve_columns<4, BN / 64>(acc, lane);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int pair = (4 * (4 * g + q) + t) ^ (4 * (g % 4));
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(sums + 8 * pair), "f"(acc[q][0]), "f"(acc[q][1]));
+    }
+}
+// Part 2, after the warpgroup's barrier: thread i adds columns 2i, 2i + 1 of its 4 warps, in order, into row m0 / 64.
+__device__ __forceinline__ void slice_column_sums(const Problem& p, uint32_t sums, int m0, int n0) {
+    const int i = threadIdx.x % 128, pair = i ^ (4 * (i / 16 % 4));  // (the store's swizzle; g = i / 16)
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        float2 v;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(sums + w * BN * 4 + 8 * pair));
+        s0 += v.x, s1 += v.y;
+    }
+    if (m0 < p.M && n0 + 2 * i < p.N)
+        *reinterpret_cast<float2*>(p.colsum + (size_t)(m0 / 64) * p.N + n0 + 2 * i) = make_float2(s0, s1);
+}
 // Backward: the slots hold gelu'(pre) from the helpers; dpre = acc · gelu'(pre) is written over it in place and
-// leaves as four boxes.
-__device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Maps& mp, uint32_t slots,
-                                                  uint32_t ready, int n_tile, int cw, int m0, int n0, int wq, int g,
-                                                  int t) {
+// leaves as four boxes; with p.colsum, its fp32 values (before the bf16 rounding) are summed by column as well.
+__device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const Problem& p, const Maps& mp,
+                                                  uint32_t slots, uint32_t sums, uint32_t ready, int n_tile, int cw,
+                                                  int m0, int n0, int wq, int g, int t) {
     const int row0 = wq * 16 + g;
     hp::mbar_wait(ready, n_tile & 1);  // the helpers have turned this tile's pre into gelu'(pre)
 #pragma unroll
@@ -225,15 +274,20 @@ __device__ __forceinline__ void epilogue_backward(float (&acc)[BN / 8][4], const
                 const int j = ci * 8 + cj;
                 const uint32_t at = swizzled(slots + ci * BOX, row0 + 8 * h, cj) + 4 * t;
                 const float2 d = unpack_bf16(ld_pair(at));
-                st_pair(at, pack_bf16(acc[j][2 * h] * d.x, acc[j][2 * h + 1] * d.y));
+                acc[j][2 * h] *= d.x, acc[j][2 * h + 1] *= d.y;
+                st_pair(at, pack_bf16(acc[j][2 * h], acc[j][2 * h + 1]));
             }
+    // (double-buffered by tile: a fast warp's next tile cannot overwrite what a slow one still reads below)
+    const uint32_t my_sums = sums + (n_tile % 2 * 2 + cw) * 4 * BN * 4;
+    if (p.colsum) warp_column_sums(acc, my_sums + wq * BN * 4, threadIdx.x % 32, g, t);
     hp::fence_proxy_async();
-    hp::bar_sync(1 + cw, 128);  // the whole dpre slice is written and visible to TMA
+    hp::bar_sync(1 + cw, 128);  // the whole dpre slice is written and visible to TMA; every warp's column sums too
     if (threadIdx.x % 128 == 0) {
 #pragma unroll
         for (int ci = 0; ci < BN / 64; ci++) hp::tma_store_2d(mp.out, slots + ci * BOX, n0 + 64 * ci, m0);
         hp::bulk_commit();
     }
+    if (p.colsum) slice_column_sums(p, my_sums, m0, n0);
 }
 
 // ---- a consumer warpgroup: rows 64·cw of each tile ----------------------------------------------------
@@ -283,7 +337,7 @@ __device__ __forceinline__ void consumer(int cw, uint32_t base, const Problem& p
         if (lane == 0) hp::mbar_arrive(bars.empty((it - 1) % STAGES));
         hp::fence_regs(acc);
         if constexpr (E == Epilogue::gelu_forward) epilogue_forward(acc, p, mp, slots, cw, m0, n0, wq, g, t);
-        else epilogue_backward(acc, mp, slots, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
+        else epilogue_backward(acc, p, mp, slots, base + SUMS_OFF, bars.ready(cw), n_tile, cw, m0, n0, wq, g, t);
     }
     if (leader) hp::bulk_wait<0>();  // every copy out has finished before the block's shared memory goes
 }
@@ -345,16 +399,17 @@ inline CUtensorMap matrix_map(const void* base, int rows, int cols, int box_rows
 }
 
 template <Epilogue E>
-void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, int M, int N, int K,
-            cudaStream_t stream) {
+void launch(bf16* out, const bf16* pre, const bf16* a, const bf16* w, const bf16* bias, float* colsum, int M, int N,
+            int K, cudaStream_t stream) {
     const CUtensorMap ma = matrix_map(a, M, K, BM, BK);
     const CUtensorMap mb = E == Epilogue::gelu_forward ? matrix_map(w, N, K, BN, BK) : matrix_map(w, K, N, BK, 64);
     const CUtensorMap mo = matrix_map(out, M, N, 64, 64), mp = matrix_map(pre, M, N, 64, 64);
     auto kernel = E == Epilogue::gelu_forward ? matmul_forward_gelu_wgmma_kernel : matmul_backward_dgelu_wgmma_kernel;
-    allow_shared_memory(kernel, SMEM);
+    const int smem = E == Epilogue::gelu_forward ? SMEM_FORWARD : SMEM;
+    allow_shared_memory(kernel, smem);
     const int total = ceil_div(M, BM) * ceil_div(N, BN);
-    launch_dependent(kernel, std::min(total, sm_count()), THREADS, SMEM, stream, ma, mb, mo, mp,
-                     Problem{out, const_cast<bf16*>(pre), bias, M, N, K});
+    launch_dependent(kernel, std::min(total, sm_count()), THREADS, smem, stream, ma, mb, mo, mp,
+                     Problem{out, const_cast<bf16*>(pre), bias, colsum, M, N, K});
 }
 
 }  // namespace wgmma_matmul
@@ -371,16 +426,18 @@ inline void matmul_forward_gelu_wgmma(__nv_bfloat16* out, __nv_bfloat16* pre, co
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_forward_gelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, pre, inp, w, bias, M, N, K, stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_forward>(out, pre, inp, w, bias, nullptr, M, N, K, stream);
 }
 
-// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre). Launches only.
-inline void matmul_backward_dgelu_wgmma(__nv_bfloat16* dpre, const __nv_bfloat16* pre, const __nv_bfloat16* dout,
-                                        const __nv_bfloat16* w, int M, int N, int K, cudaStream_t stream) {
+// Backward: dpre (M, N) = (dout (M, K) · w (K, N)) ∘ gelu'(pre); colsum, if not null, (ceil(M / 64), N) fp32: the
+// column sums of dpre (its fp32 values) over each 64 rows, each in a fixed order. Launches only.
+inline void matmul_backward_dgelu_wgmma(__nv_bfloat16* dpre, float* colsum, const __nv_bfloat16* pre,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* w, int M, int N, int K,
+                                        cudaStream_t stream) {
     if (!matmul_gelu_wgmma_supports(N, K) || M <= 0)
         fail("matmul_backward_dgelu_wgmma: needs an sm_90a build on an H100/H200, N %% 8 == 0, K %% 8 == 0 (M %d N %d K %d)",
              M, N, K);
-    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, pre, dout, w, nullptr, M, N, K, stream);
+    wgmma_matmul::launch<wgmma_matmul::Epilogue::gelu_backward>(dpre, pre, dout, w, nullptr, colsum, M, N, K, stream);
 }
 
 }  // namespace flashgpt2

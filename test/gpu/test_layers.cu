@@ -284,7 +284,8 @@ TEST_CASE("gelu: forward and backward (also in place), naive and flash") {
 
 // ---------------------------------------------------------------------------------------------------------
 // One matmul configuration: with/without bias, with/without GELU (forward: matmul_gelu_forward; backward:
-// the input was gelu(pre_gelu), so dinp comes back times gelu'(pre_gelu)).
+// the input was gelu(pre_gelu), so dinp comes back times gelu'(pre_gelu), and its column sums are added into
+// the bias gradient of the matmul that made pre_gelu, dbias_pre).
 static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, const std::string& what) {
     const int N = s.B * s.T;
     const std::string tag = what + " " + name_of(s) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
@@ -294,6 +295,7 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
     auto pre_in = random_x((size_t)N * C, rng, 0.1, 1.5);  // for the backward: inp = gelu(pre_in)
     auto dout = random_x((size_t)N * OC, rng);
     auto dw0 = random_x((size_t)OC * C, rng), db0 = bias ? random_x(OC, rng) : std::vector<double>{};
+    auto dbp0 = gelu ? random_x(C, rng) : std::vector<double>{};
 
     // forward oracle: out = inp w^T + b, and gelu(out)
     std::vector<double> out_ref((size_t)N * OC), gelu_ref((size_t)N * OC);
@@ -311,10 +313,12 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
                          w.data(), N, C, OC);
     if (gelu) ref::gelu_backward(dinp_ref.data(), pre_in.data(), dlin.data(), N * C);
     else dinp_ref = dlin;
+    std::vector<double> dbp_ref = dbp0;  // dbias_pre += colsum(dinp)
+    for (size_t e = 0; gelu && e < dinp_ref.size(); e++) dbp_ref[e % C] += dinp_ref[e];
 
     Dev<floatX> d_inp(inp.size()), d_w(w.size()), d_b(std::max(1, bias ? OC : 0)), d_out(out_ref.size()),
         d_pre(out_ref.size()), d_dout(dout.size()), d_dinp(inp.size()), d_dw(w.size()), d_db(std::max(1, OC)),
-        d_pre_in(inp.size()), d_bwd_inp(inp.size());
+        d_pre_in(inp.size()), d_bwd_inp(inp.size()), d_dbp(std::max(1, C));
     Dev<char> ws(ws_bytes(s));
     put(d_inp, inp), put(d_w, w), put(d_dout, dout), put(d_pre_in, pre_in), put(d_bwd_inp, bwd_inp);
     if (bias) put(d_b, bvec);
@@ -328,8 +332,8 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
     mm_cublaslt.set("matmul", "flash:cublaslt");
     const KernelSet sets[5] = {KernelSet::all(Variant::naive), KernelSet{}, mm_flash_gelu_naive, mm_naive_gelu_flash,
                                mm_cublaslt};
-    std::vector<double> out[5], pre[5], dinp[5], dw[5], db[5];
-    std::vector<unsigned char> first, first_db, first_out, first_dinp;
+    std::vector<double> out[5], pre[5], dinp[5], dw[5], db[5], dbp[5];
+    std::vector<unsigned char> first, first_db, first_out, first_dinp, first_dbp;
     for (int k = 0; k < 6; k++) {  // k = 5: flash again, for determinism
         const KernelSet& ks = sets[k == 5 ? 1 : k];
         d_out.poison(), d_pre.poison(), d_dinp.poison();
@@ -337,19 +341,24 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
         else matmul_forward(ops(ks), d_out, d_inp, d_w, b_ptr, N, C, OC);
         put(d_dw, dw0);
         if (bias) put(d_db, db0);
+        if (gelu) put(d_dbp, dbp0);
         matmul_backward(ops(ks, ws), d_dinp, d_dw, bias ? (floatX*)d_db : nullptr, d_dout, d_bwd_inp, d_w,
-                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC);
+                        gelu ? (const floatX*)d_pre_in : nullptr, N, C, OC, gelu ? (floatX*)d_dbp : nullptr);
         if (k == 5) {
             CHECK_MESSAGE(first_out == bytes(d_out), "matmul forward (flash) is not deterministic " << tag);
             CHECK_MESSAGE(first_dinp == bytes(d_dinp), "matmul_backward_flash dinp is not deterministic " << tag);
             CHECK_MESSAGE(first == bytes(d_dw), "matmul_backward_flash dw is not deterministic " << tag);
             if (bias) CHECK_MESSAGE(first_db == bytes(d_db), "matmul_backward_flash dbias is not deterministic " << tag);
+            if (gelu) CHECK_MESSAGE(first_dbp == bytes(d_dbp), "matmul_backward_flash dbias_pre is not deterministic " << tag);
             break;
         }
         out[k] = get(d_out), dinp[k] = get(d_dinp), dw[k] = get(d_dw);
         if (gelu) pre[k] = get(d_pre);
         if (bias) db[k] = get(d_db);
-        if (k == 1) first = bytes(d_dw), first_db = bytes(d_db), first_out = bytes(d_out), first_dinp = bytes(d_dinp);
+        if (gelu) dbp[k] = get(d_dbp);
+        if (k == 1)
+            first = bytes(d_dw), first_db = bytes(d_db), first_out = bytes(d_out), first_dinp = bytes(d_dinp),
+            first_dbp = bytes(d_dbp);
     }
     const char* names[5] = {"", "", " (matmul flash, gelu naive)", " (matmul naive, gelu flash)",
                             " (matmul flash:cublaslt)"};
@@ -360,6 +369,7 @@ static void check_matmul(const Shape& s, int C, int OC, bool bias, bool gelu, co
         check_naive_flash("matmul dinp " + tag + names[k], dinp[0], dinp[k], dinp_ref);
         check_naive_flash("matmul dw " + tag + names[k], dw[0], dw[k], dw_ref);
         if (bias) check_naive_flash("matmul dbias " + tag + names[k], db[0], db[k], db_ref);
+        if (gelu) check_naive_flash("matmul dbias_pre " + tag + names[k], dbp[0], dbp[k], dbp_ref);
     }
 }
 
