@@ -35,7 +35,7 @@ grep -E 'FAIL|error' "$OUT/bwd_all.log" | head -10
 
 echo "== 3. runner bench --pass bwd: every rung on the anchor shapes =="
 t0=$(date +%s)
-timeout 500 $R bench --pass bwd "${anchors[@]}" --out doc/results > "$OUT/bench_bwd.log" 2>&1 || status=1
+timeout 580 $R bench --pass bwd "${anchors[@]}" --out doc/results > "$OUT/bench_bwd.log" 2>&1 || status=1
 echo "runner bench --pass bwd: $(( $(date +%s) - t0 )) s"
 grep -E '^== |FAIL|error|wrote' "$OUT/bench_bwd.log" | head -40
 if [[ -f doc/results/attention_backward.md ]] && grep -q "^Attention backward" doc/results/attention_backward.md; then
