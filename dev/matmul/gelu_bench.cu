@@ -90,10 +90,12 @@ static void run_backward(bool engine, const Shape& s, Buffers& b, bool fused = t
 // The backward and the bias gradient (into b.dbias, which is only timed): the engine's slice sums, then their
 // column sum; or the pass, then the column sum of dpre.
 static void run_backward_dbias(bool engine, const Shape& s, Buffers& b, bool fused = true) {
-    if (engine) {
+    if (engine) {  // the workspace carved as matmul_backward_flash carves it
         const int slices = dgelu_colsum_slices(s.M);
-        matmul_backward_dgelu_wgmma(b.dout, b.ws, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
-        colsum_flash(b.dbias, (char*)b.ws + ws_round((size_t)slices * s.N * sizeof(float)), b.ws, slices, s.N, 0);
+        WorkspaceCarver carve(b.ws);
+        float* sums = carve.take<float>((size_t)slices * s.N);  // (M / 64, N)
+        matmul_backward_dgelu_wgmma(b.dout, sums, b.dpre_in, b.da, b.dw, s.M, s.N, s.K, 0);
+        colsum_flash(b.dbias, carve.p, sums, slices, s.N, 0);
     } else {
         run_backward(false, s, b, fused);
         colsum_flash(b.dbias, b.ws, (const bf16*)b.dout, s.M, s.N, 0);
