@@ -262,10 +262,14 @@ TEST_CASE("gelu: forward and backward (also in place), naive and flash") {
 // ---------------------------------------------------------------------------------------------------------
 TEST_CASE("classifier: softmax + cross-entropy + dlogits, naive and flash") {
     // besides the layer shapes, two long rows: GPT-2's vocabulary (50,257 of 50,304: each of the 1024 threads
-    // takes several 16-byte chunks, the last one partial) and a longer one (60,001 of 60,008)
+    // takes several 16-byte chunks, the last one partial) and a longer one (60,001 of 60,008). The flash kernel
+    // copies a row of up to CLASSIFIER_SMEM_ROW_BYTES to shared memory and reads a longer one from global memory
+    // twice: the layer shapes take the first path, the 60,008 row the second (and in the FP32 build GPT-2's too).
     std::vector<Shape> shapes(std::begin(SHAPES), std::end(SHAPES));
     shapes.push_back({1, 3, 96, 3, 50257, 50304});
     shapes.push_back({2, 2, 96, 3, 60001, 60008});
+    REQUIRE(classifier_row_in_smem(SHAPES[0].Vp));  // both of the flash kernel's paths are taken below
+    REQUIRE(!classifier_row_in_smem(60008));
     for (const Shape& s : shapes) {
         const int B = s.B, T = s.T, N = B * T, V = s.V, Vp = s.Vp;
         const std::string tag = name_of(s) + " V=" + std::to_string(V);
