@@ -414,29 +414,26 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
 }
 
 // out[a][c] += sum over blocks of partial[a][., c] for a = dw, db, dsum (dsum may be null: not written). A block
-// of 32 x LN_RED_ROWS threads per 32 columns: lane -> column (coalesced reads), thread row y sums blocks y,
-// y + LN_RED_ROWS, ..., then row 0 adds the LN_RED_ROWS sums in order. Fixed order throughout: deterministic.
+// of 32 x LN_RED_ROWS threads per 32 columns of one array a = blockIdx.y: lane -> column (coalesced reads), thread
+// row y sums blocks y, y + LN_RED_ROWS, ..., then row 0 adds the LN_RED_ROWS sums in order. Fixed order
+// throughout: deterministic. (One block per array, not one for all three: three times the blocks, each a third
+// of the chain of loads and adds.)
 constexpr int LN_RED_ROWS = 16;
 static __global__ void __launch_bounds__(32 * LN_RED_ROWS)
     layernorm_backward_reduce_kernel(floatX* dw, floatX* db, floatX* dsum, const float* partial, int G, int C) {
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
-    __shared__ float sums[3][LN_RED_ROWS][32];
-    const int lane = threadIdx.x % 32, y = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    const int arrays = dsum ? 3 : 2;
-    for (int a = 0; a < arrays; a++) {
-        float sum = 0.0f;
-        if (c < C)
-            for (int g = y; g < G; g += LN_RED_ROWS) sum += partial[((size_t)a * G + g) * C + c];
-        sums[a][y][lane] = sum;
-    }
+    __shared__ float sums[LN_RED_ROWS][32];
+    const int lane = threadIdx.x % 32, y = threadIdx.x / 32, c = blockIdx.x * 32 + lane, a = blockIdx.y;
+    float sum = 0.0f;
+    if (c < C)
+        for (int g = y; g < G; g += LN_RED_ROWS) sum += partial[((size_t)a * G + g) * C + c];
+    sums[y][lane] = sum;
     __syncthreads();  // every row's sums are in shared memory before row 0 adds them
     if (y != 0 || c >= C) return;
-    floatX* out[3] = {dw, db, dsum};
-    for (int a = 0; a < arrays; a++) {
-        float sum = 0.0f;
-        for (int r = 0; r < LN_RED_ROWS; r++) sum += sums[a][r][lane];
-        out[a][c] = from_float<floatX>(to_float(out[a][c]) + sum);
-    }
+    floatX* out = a == 0 ? dw : a == 1 ? db : dsum;
+    sum = 0.0f;
+    for (int r = 0; r < LN_RED_ROWS; r++) sum += sums[r][lane];
+    out[c] = from_float<floatX>(to_float(out[c]) + sum);
 }
 
 // dinp (N,C) += ..., dw, db (C) += ...; dsum (C) += the column sums of the finished dinp (null: not wanted).
@@ -453,8 +450,8 @@ inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, float
     const int G = ln_bwd_grid(kernel, N, smem);  // <= ln_bwd_blocks(N): the workspace's size
     float* partial = WorkspaceCarver(ws).take<float>((size_t)3 * G * C);  // (3, G, C): dw, db, dsum
     launch_dependent(kernel, G, LN_BWD_WARPS * 32, smem, stream, dinp, partial, dout, inp, w, mean, rstd, N, C);
-    launch_dependent(layernorm_backward_reduce_kernel, ceil_div(C, 32), 32 * LN_RED_ROWS, 0, stream, dw, db, dsum,
-                     partial, G, C);
+    launch_dependent(layernorm_backward_reduce_kernel, dim3(ceil_div(C, 32), dsum ? 3 : 2), 32 * LN_RED_ROWS, 0, stream,
+                     dw, db, dsum, partial, G, C);
 }
 
 }  // namespace flashgpt2
