@@ -86,10 +86,12 @@ inline void classifier_naive(floatX* logits, float* losses, void* ws, const int*
 // flash
 
 constexpr int CLASSIFIER_THREADS = 1024;
+
 // The row in shared memory: two blocks an SM (2 x (112 KB + 1 KB the block reserves) of the SM's 228 KB), so one
 // block's copy runs while the other computes.
 constexpr int CLASSIFIER_SMEM_ROW_BYTES = 112 * 1024;
 inline bool classifier_row_in_smem(int Vp) { return (size_t)Vp * sizeof(floatX) <= CLASSIFIER_SMEM_ROW_BYTES; }
+
 // Exponentials as 2^(x log2 e - c): one fused multiply-add and the hardware's exp2 per element, with m and lse
 // kept in the same log2 units; 1024 threads per row keep more loads in flight (doc/kernels.md has the timings).
 // ROW_IN_SMEM: the row is first copied to shared memory with cp.async, every one of a thread's 16-byte copies in
@@ -114,6 +116,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS, ROW_IN_SMEM ? 2 : 1
         if constexpr (ROW_IN_SMEM) return classifier_row_s[v0 / X128];
         else return load128(x + v0);
     };
+
     // Pass 1: online softmax over this thread's 16-byte chunks, in log2 units: m = running max of x log2 e,
     // l = sum of 2^(x log2 e - m), rescaled when a chunk raises m.
     // Chunks wholly inside V take the loop without a bounds test per element (the same operations in the same
@@ -139,6 +142,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_THREADS, ROW_IN_SMEM ? 2 : 1
     const float lse2 = m_row + log2f(l_row);              // log2 of sum 2^(x log2 e) = lse * log2 e
     if (threadIdx.x == 0) losses[blockIdx.x] = lse2 / LOG2E - x_target;
     if (!write_dlogits) return;
+
     // Pass 2: dlogits in place (the block_sum barriers above ordered every read of pass 1 before this).
     for (int v0 = threadIdx.x * X128; v0 < Vp; v0 += blockDim.x * X128) {
         Packed128<floatX> c = chunk_at(v0);
@@ -167,4 +171,5 @@ inline void classifier_flash(floatX* logits, float* losses, const int* targets, 
             logits, losses, targets, V, Vp, dloss_scale, write_dlogits);
     }
 }
+
 }  // namespace flashgpt2
