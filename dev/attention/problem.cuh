@@ -15,6 +15,7 @@
 #include "llmc/common.cuh"
 #include "llmc/error.h"
 #include "llmc/ref/attention.h"
+#include "llmc/ref/attention_sampled.h"
 
 namespace flashgpt2::dev {
 
@@ -77,11 +78,11 @@ struct DeviceBuffer {
 // ---- the oracle: llmc/ref's standard attention in double, on the heads we check ----
 // The reference takes llm.c's qkv layout (B, T, 3C); we pack the n checked heads as the n heads of one
 // batch row (C = n·HS), so its OpenMP loop over heads runs them in parallel. lse comes from its scores.
-inline void oracle(const Shape& s, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-            const std::vector<int>& heads, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+template <class S>
+std::vector<S> pack_heads(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
+                          const std::vector<float>& v, const std::vector<int>& heads) {
     const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
-    std::vector<double> qkv((size_t)T * 3 * C), out((size_t)T * C);           // (1, T, 3C)  (1, T, C)
-    std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T);    // (1, n, T, T) each
+    std::vector<S> qkv((size_t)T * 3 * C);  // (1, T, 3C)
     for (int hh = 0; hh < n; hh++)
         for (int t = 0; t < T; t++)
             for (int d = 0; d < HS; d++) {
@@ -90,6 +91,14 @@ inline void oracle(const Shape& s, const std::vector<float>& q, const std::vecto
                 qkv[dst + C] = k[src];
                 qkv[dst + 2 * C] = v[src];
             }
+    return qkv;
+}
+inline void oracle(const Shape& s, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+            const std::vector<int>& heads, std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+    const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
+    const std::vector<double> qkv = pack_heads<double>(s, q, k, v, heads);   // (1, T, 3C)
+    std::vector<double> out((size_t)T * C);                                   // (1, T, C)
+    std::vector<double> preatt((size_t)n * T * T), att((size_t)n * T * T);    // (1, n, T, T) each
     ref::attention_forward<double>(out.data(), preatt.data(), att.data(), qkv.data(), 1, T, C, n);
     o_ref.assign(s.elems(), 0.0);
     lse_ref.assign(s.rows(), 0.0);
@@ -105,12 +114,45 @@ inline void oracle(const Shape& s, const std::vector<float>& q, const std::vecto
         }
 }
 
-// How many heads the oracle checks fully: all of them on small problems; on big ones as many as fit
-// ~3e10 double multiply-adds (its two T×T×HS matmuls per head) and 4 GB of T×T buffers, at least one.
+// The oracle's budget per check: ~3e10 double multiply-adds (a whole head's two T×T×HS matmuls) and 4 GB of
+// T×T buffers. heads_to_check: how many whole heads fit it, all of them on small problems, at least one.
+constexpr double kOracleFma = 3e10, kOracleBytes = 4e9;
 inline int heads_to_check(const Shape& s) {
     const double fma_per_head = 2.0 * s.T * s.T * s.HS, bytes_per_head = 2.0 * s.T * s.T * sizeof(double);
-    const double n = std::min({(double)s.B * s.NH, 48.0, std::floor(3e10 / fma_per_head), std::floor(4e9 / bytes_per_head)});
+    const double n = std::min({(double)s.B * s.NH, 48.0, std::floor(kOracleFma / fma_per_head), std::floor(kOracleBytes / bytes_per_head)});
     return std::max(1, (int)n);
+}
+// Where even one whole head is beyond the budget (T >= 16384 at head size 64), the forward's oracle checks
+// sampled query rows instead (the backward's runner samples from T = 4096 on: its oracle costs more per row).
+inline bool oracle_samples_rows(const Shape& s) {
+    return 2.0 * s.T * s.T * s.HS > kOracleFma || 2.0 * s.T * s.T * sizeof(double) > kOracleBytes;
+}
+// The sampled query rows (T > 128): both sides of the 64- and 128-row tile edges, the ends, the middle, and 24 at
+// random (repeats allowed).
+inline std::vector<int> sampled_rows(int T, std::mt19937_64& rng) {
+    std::vector<int> rows = {0, 1, 63, 64, 127, 128, T / 2, T - 2, T - 1};
+    for (int k = 0; k < 24; k++) rows.push_back((int)(rng() % (uint64_t)T));
+    return rows;
+}
+// O and lse of the checked heads at the sampled rows only (llmc/ref/attention_sampled.h: each head's rows in
+// parallel, no T×T buffer), written into o_ref, lse_ref at their places in (B, NH, T, HS) and (B, NH, T).
+inline void oracle_rows(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
+                        const std::vector<float>& v, const std::vector<int>& heads, const std::vector<int>& rows,
+                        std::vector<double>& o_ref, std::vector<double>& lse_ref) {
+    const int n = (int)heads.size(), T = s.T, HS = s.HS, C = n * s.HS;
+    const std::vector<float> qkv = pack_heads<float>(s, q, k, v, heads);  // (1, T, 3C), as oracle() packs them
+    const std::vector<float> dout((size_t)T * C, 0.0f);                   // (1, T, C): only o and lse are used
+    std::vector<int> packed(n);
+    for (int hh = 0; hh < n; hh++) packed[hh] = hh;
+    const ref::SampledAttention a = ref::attention_sampled(qkv.data(), dout.data(), T, C, n, packed, rows, {});
+    o_ref.assign(s.elems(), 0.0);
+    lse_ref.assign(s.rows(), 0.0);
+    for (int hh = 0; hh < n; hh++)
+        for (size_t r = 0; r < rows.size(); r++) {
+            const size_t row = (size_t)heads[hh] * T + rows[r], sample = (size_t)hh * rows.size() + r;
+            for (int d = 0; d < HS; d++) o_ref[row * HS + d] = a.o[sample * HS + d];
+            lse_ref[row] = a.lse[sample];
+        }
 }
 
 inline std::string card_name() {

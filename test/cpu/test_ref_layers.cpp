@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "llmc/ref/attention_sampled.h"
 #include "llmc/ref/ref.h"
 #include "test/cpu/ref_check.h"
 #include "test/cpu/seed.h"
@@ -182,6 +183,45 @@ TEST_CASE("ref attention: forward is causal softmax(QK^T/sqrt(HS)) V, backward m
             if (t2 > t) CHECK(dpreatt[r * T + t2] == 0.0);
         }
         CHECK(std::abs(rowsum) <= 1e-12);
+    }
+}
+
+TEST_CASE("ref attention_sampled: o, lse, dq at sampled rows and dk, dv at sampled keys are the whole reference's") {
+    // the oracle the attention runners use where T x T per head is too big: the same numbers, element by element
+    Rng rng(flashgpt2::testing::test_seed("ref attention_sampled", 405));
+    const int HS = C / NH;
+    vector<double> qkv = random_vec(N * 3 * C, rng), dout = random_vec(N * C, rng);
+    vector<double> out(N * C), preatt(B * NH * T * T), att(B * NH * T * T), dqkv(N * 3 * C, 0.0);
+    vector<double> dpreatt(att.size(), 0.0), datt(att.size(), 0.0);
+    ref::attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), B, T, C, NH);
+    ref::attention_backward(dqkv.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    const vector<int> heads = {1, 5}, rows = {0, 4, 2, 2}, keys = {4, 0, 3};  // b·NH + h; repeats allowed
+    const ref::SampledAttention a = ref::attention_sampled(qkv.data(), dout.data(), T, C, NH, heads, rows, keys);
+    REQUIRE(a.o.size() == heads.size() * rows.size() * HS);
+    REQUIRE(a.lse.size() == heads.size() * rows.size());
+    REQUIRE(a.dk.size() == heads.size() * keys.size() * HS);
+    auto near = [](double got, double want) { return std::abs(got - want) <= FWD_TOL * (1 + std::abs(want)); };
+    for (size_t hh = 0; hh < heads.size(); hh++) {
+        const int b = heads[hh] / NH, h = heads[hh] % NH;
+        for (size_t r = 0; r < rows.size(); r++) {
+            const int t = rows[r];
+            const double* sc = &preatt[((size_t)heads[hh] * T + t) * T];  // scaled scores, causal prefix 0..t
+            double m = sc[0], sum = 0;
+            for (int t2 = 1; t2 <= t; t2++) m = std::max(m, sc[t2]);
+            for (int t2 = 0; t2 <= t; t2++) sum += std::exp(sc[t2] - m);
+            CHECK(near(a.lse[hh * rows.size() + r], m + std::log(sum)));
+            for (int d = 0; d < HS; d++) {
+                const size_t at = (hh * rows.size() + r) * HS + d;
+                CHECK(near(a.o[at], out[((size_t)b * T + t) * C + h * HS + d]));
+                CHECK(near(a.dq[at], dqkv[((size_t)b * T + t) * 3 * C + h * HS + d]));
+            }
+        }
+        for (size_t r = 0; r < keys.size(); r++)
+            for (int d = 0; d < HS; d++) {
+                const size_t at = (hh * keys.size() + r) * HS + d, src = ((size_t)b * T + keys[r]) * 3 * C + h * HS + d;
+                CHECK(near(a.dk[at], dqkv[src + C]));
+                CHECK(near(a.dv[at], dqkv[src + 2 * C]));
+            }
     }
 }
 

@@ -246,8 +246,7 @@ struct Problem {
             return o;
         };
         if (sampled) {
-            rows = {0, 1, 63, 64, 127, 128, s.T / 2, s.T - 2, s.T - 1};
-            for (int k = 0; k < 24; k++) rows.push_back((int)(rng() % (uint64_t)s.T));
+            rows = dev::sampled_rows(s.T, rng);
             keys.assign(rows.rbegin(), rows.rend());
             const ref::SampledAttention a = ref::attention_sampled(h_qkv.data(), h_dout.data(), s.T, C, s.NH, heads, rows, keys);
             ref[0] = a.dq, ref[1] = a.dk, ref[2] = a.dv;
