@@ -372,9 +372,9 @@ constexpr int DGELU_COLSUM_ROWS = 64;
 
 inline int dgelu_colsum_slices(int N) { return ceil_div(N, DGELU_COLSUM_ROWS); }
 
-// The flash backward's workspace: dbias's split partials (S, OC) for any OC up to max_OC, or for the bias
-// gradient of pre the GELU matmul's slice sums (ceil(N / 64), gelu_OC) and then their split partials (gelu_OC:
-// the width of that matmul's dinp, 4C, not the LM head's Vp).
+// The flash backward's workspace: dbias's split partials (S, OC) for any OC up to max_OC; or, for the bias
+// gradient of the matmul that made pre, the GELU matmul's slice sums (ceil(N / 64), gelu_OC) and then their split
+// partials (gelu_OC: the width of that matmul's dinp, 4C, not the LM head's Vp).
 inline size_t matmul_backward_workspace_bytes(Variant v, int N, int max_OC, int gelu_OC) {
     if (v == Variant::naive) return 0;
     const int slices = dgelu_colsum_slices(N);
