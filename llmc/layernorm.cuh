@@ -7,9 +7,10 @@
 // flash: one warp per row, the row read from HBM once into shared memory; mean, variance and the output
 //        come from there. residual_layernorm_forward_flash also fuses the residual add before it: the
 //        sum is written out (the residual stream) and normalized in the same pass. The backward is one
-//        kernel too: each warp reads its row (into registers), writes dinp, and accumulates dw, db and the
-//        column sums of dinp (a bias gradient, when asked for) per block; a small second kernel sums the
-//        per-block partials in a fixed order (deterministic, no atomics).
+//        kernel too: each warp reads its row (by cp.async into shared memory, the next row's copies in
+//        flight while this one computes), writes dinp, and accumulates dw, db and the column sums of dinp
+//        (a bias gradient, when asked for) per block; a small second kernel sums the per-block partials in a
+//        fixed order (deterministic, no atomics).
 //
 // Shared-memory layout of a warp's row cache (and of the backward's accumulators): the X128 floats of the lane's
 // it-th 16-byte chunk are X128/4 float4s, the q-th at float4 index (it*X128/4 + q)*32 + lane. A warp's 32 lanes
@@ -18,6 +19,7 @@
 #pragma once
 #include "llmc/error.h"
 #include "llmc/kernel_common.cuh"
+#include "llmc/ptx/mma_sync.cuh"  // cp.async: the backward's next row
 
 namespace flashgpt2 {
 
@@ -241,8 +243,15 @@ inline void residual_layernorm_forward_flash(floatX* residual_out, floatX* out, 
     layernorm_forward_flash_launch<true>(residual_out, out, mean, rstd, inp1, inp2, w, b, N, C, stream);
 }
 
-// The backward's shared memory: acc_dw, acc_db, acc_ds for each warp of a block (C <= 2304 fit in 227 KiB).
-inline size_t layernorm_backward_flash_smem(int C) { return (size_t)3 * LN_BWD_WARPS * ln_row_slots(C) * sizeof(float); }
+// The backward's shared memory: acc_ds, acc_dw, acc_db for each warp of a block (C <= 2304 fit in 227 KiB); rows
+// of up to LN_BWD_RS sweeps also two row buffers per warp, over acc_dw and acc_db and past them.
+constexpr int LN_BWD_RS = 3;                                // rows of up to 3 sweeps: C <= 768 (BF16), 384 (FP32)
+constexpr int LN_BWD_ROW_CHUNKS = 2 * 3 * LN_BWD_RS * 32;   // a warp's two buffers of dout, inp, dinp, 16 B chunks
+inline size_t layernorm_backward_flash_smem(int C) {
+    const size_t region = (size_t)LN_BWD_WARPS * ln_row_slots(C) * sizeof(float);  // one accumulator per warp
+    if (ceil_div(C, 32 * X128) > LN_BWD_RS) return 3 * region;
+    return region + std::max(2 * region, (size_t)LN_BWD_WARPS * LN_BWD_ROW_CHUNKS * 16);
+}
 
 inline int ln_bwd_blocks(int N) { return std::min(LN_BWD_MAX_BLOCKS, ceil_div(N, LN_BWD_WARPS)); }
 // The grid a launch takes: ln_bwd_blocks(N), cut to one wave, the blocks an SM holds at this C (the occupancy
@@ -297,15 +306,6 @@ __device__ __forceinline__ void ln_bwd_dinp(Packed128<floatX>& d, const Packed12
     }
 }
 
-// An empty asm that the compiler must assume changes x: pass 2 then unpacks the row again from its packed
-// registers (4 per 16 bytes) instead of keeping pass 1's unpacked floats alive across the row sums (8 per 16
-// bytes in the BF16 build), which would not fit beside the accumulators. No instruction is emitted.
-template <class T>
-__device__ __forceinline__ void keep_packed(Packed128<T>& x) {
-    uint32_t* r = reinterpret_cast<uint32_t*>(&x);
-    asm volatile("" : "+r"(r[0]), "+r"(r[1]), "+r"(r[2]), "+r"(r[3]));
-}
-
 // Each warp takes rows n = warp_global, + G*LN_BWD_WARPS, ...: it reads its row's dout and inp, adds
 // dout*norm, dout into its own dw/db accumulators and the row sums s1, s2; then it writes dinp and adds it into
 // a third accumulator, the column sums of dinp. dinp is the gradient of the residual stream here, and its column
@@ -313,12 +313,13 @@ __device__ __forceinline__ void keep_packed(Packed128<T>& x) {
 // next block's ln1 or lnf), which so needs no column sum of its own. At the end the block sums its warps (fixed
 // order) into partial[a][blockIdx.x] (3, G, C).
 // RS > 0 (rows of up to RS sweeps of 32 lanes x 16 bytes: C <= 768 in the BF16 build, 384 in FP32): the lane's
-// part of the row (dout, inp and the dinp it adds to, all loaded before the first is used, so a row waits for
-// HBM once) and its columns' dw and db accumulators (48 floats at C = 768) live in registers, 128 a thread, two
-// 8-warp blocks an SM; only the column sums of dinp are added in shared memory. That is faster than all three
-// accumulators in shared memory at three blocks an SM (fewer shared-memory round trips a row, and 264 blocks
-// share 16384 rows more evenly than 384), and than the third accumulator in registers too, which spills
-// (doc/kernels.md has the timings).
+// columns' dw and db accumulators (48 floats at C = 768) live in registers, two 8-warp blocks an SM; only the
+// column sums of dinp are added in shared memory. The lane's part of the row (dout, inp and the dinp it adds
+// to) comes by cp.async into one of the warp's two row buffers, and the next row's copies are issued before this
+// row is used: each warp has two rows in flight, and a row's wait for HBM overlaps the row before. That is faster
+// than all three accumulators in shared memory at three blocks an SM (fewer shared-memory round trips a row, and
+// 264 blocks share 16384 rows more evenly than 384), and than the third accumulator in registers too, which
+// spills (doc/kernels.md has the timings).
 // RS = 0 (any C): the accumulators live in shared memory (9 KB per warp at C = 768, so three blocks an SM), a
 // sweep of the row at a time, and the row read a second time (from L1/L2) to write dinp.
 // Both do the same arithmetic in the same order. (Caching the row in shared memory too, with 4-warp blocks, was
@@ -327,48 +328,79 @@ template <int RS>
 static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
     layernorm_backward_flash_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp,
                                     const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    static_assert(RS == 0 || RS == LN_BWD_RS, "the row buffers (LN_BWD_ROW_CHUNKS) are sized for LN_BWD_RS sweeps");
     pdl_begin();  // launched by launch_dependent (llmc/common.cuh)
     extern __shared__ float smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slots = ln_row_slots(C), sweeps = ceil_div(C, 32 * X128);
-    float* acc_dw = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
-    float* acc_db = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
-    float* acc_ds = smem + (size_t)(2 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's column sums of dinp
+    // Three regions of LN_BWD_WARPS accumulators each: the column sums of dinp first, then dw and db.
+    float* acc_ds = smem + (size_t)(0 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's column sums of dinp
+    float* acc_dw = smem + (size_t)(1 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running dw
+    float* acc_db = smem + (size_t)(2 * LN_BWD_WARPS + warp) * slots;  // (C) this warp's running db
     // Each lane zeroes the accumulator slots it will read back itself, so no lane waits on another's writes.
     const float zeros[X128] = {};
 
     if constexpr (RS > 0) {
-        float dw[RS][X128] = {}, db[RS][X128] = {};  // this lane's columns' dw and db accumulators
-        for (int it = 0; it < sweeps; it++) ln_acc_store(acc_ds, it, lane, zeros);  // the slots this lane adds to
-        for (int n = blockIdx.x * LN_BWD_WARPS + warp; n < N; n += gridDim.x * LN_BWD_WARPS) {
-            const size_t row = (size_t)n * C;
-            const float m = mean[n], s = rstd[n];
-            float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
-            Packed128<floatX> g[RS], xv[RS], d[RS];  // (RS chunks of 16 bytes) this lane's part of the row
+        // This warp's two row buffers, (2, 3, RS, 32) 16-byte chunks: buffer b, array a (dout, inp, dinp), the
+        // lane's it-th chunk. They lie over the dw and db regions, which the loop leaves alone (its dw and db are
+        // in registers) and the end of the kernel takes back.
+        Packed128<floatX>* rows = reinterpret_cast<Packed128<floatX>*>(smem + (size_t)LN_BWD_WARPS * slots) + (size_t)warp * LN_BWD_ROW_CHUNKS;
+        auto chunk = [&](int b, int a, int it) -> Packed128<floatX>& { return rows[((b * 3 + a) * RS + it) * 32 + lane]; };
+        const floatX* src[3] = {dout, inp, dinp};
+        // Row n's copies into buffer b, each lane its own chunks (so it waits for those alone, no barrier); past
+        // the last row an empty group, so that every row waits for the same count.
+        auto fetch = [&](int n, int b) {
+            if (n < N) {
 #pragma unroll
-            for (int it = 0; it < RS; it++) {  // every load of the row in flight at once
-                const int c = (it * 32 + lane) * X128;
-                if (c < C) g[it] = load128(dout + row + c), xv[it] = load128(inp + row + c), d[it] = load128(dinp + row + c);
+                for (int it = 0; it < RS; it++) {
+                    const int c = (it * 32 + lane) * X128;
+                    if (c < C)
+                        for (int a = 0; a < 3; a++) mma::cp_async_16(mma::smem_u32(&chunk(b, a, it)), src[a] + (size_t)n * C + c, 16);
+                }
             }
+            mma::cp_async_commit();
+        };
+        float dw[RS][X128] = {}, db[RS][X128] = {};  // this lane's columns' dw and db accumulators
+        Packed128<floatX> wv[RS];                    // and their weights, read once
+#pragma unroll
+        for (int it = 0; it < RS; it++) {
+            const int c = (it * 32 + lane) * X128;
+            if (c < C) wv[it] = load128(w + c);
+        }
+        for (int it = 0; it < sweeps; it++) ln_acc_store(acc_ds, it, lane, zeros);  // the slots this lane adds to
+        const int stride = gridDim.x * LN_BWD_WARPS;
+        int n = blockIdx.x * LN_BWD_WARPS + warp, b = 0;
+        fetch(n, 0);
+        float m_next = n < N ? mean[n] : 0.0f, s_next = n < N ? rstd[n] : 0.0f;
+        for (; n < N; n += stride, b ^= 1) {
+            const size_t row = (size_t)n * C;
+            const float m = m_next, s = s_next;
+            // The next row's copies go out before this row is used: HBM's latency is paid while this row computes.
+            // They overwrite the buffer the previous row was read from, whose values this lane has already used.
+            fetch(n + stride, b ^ 1);
+            if (n + stride < N) m_next = mean[n + stride], s_next = rstd[n + stride];
+            mma::cp_async_wait<1>();  // this row's copies (this lane's: the only chunks it reads) have landed
+            float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
 #pragma unroll
             for (int it = 0; it < RS; it++) {
                 const int c = (it * 32 + lane) * X128;
-                if (c < C) ln_bwd_sums(g[it], xv[it], load128(w + c), m, s, dw[it], db[it], s1, s2);
+                if (c < C) ln_bwd_sums(Packed128<floatX>(chunk(b, 0, it)), Packed128<floatX>(chunk(b, 1, it)), wv[it], m, s, dw[it], db[it], s1, s2);
             }
             const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
-#pragma unroll
-            for (int it = 0; it < RS; it++) keep_packed(g[it]), keep_packed(xv[it]);
 #pragma unroll
             for (int it = 0; it < RS; it++) {
                 const int c = (it * 32 + lane) * X128;
                 if (c >= C) continue;
                 float ds[X128];
+                Packed128<floatX> d = chunk(b, 2, it), g = chunk(b, 0, it), xv = chunk(b, 1, it);  // 16-byte reads
                 ln_acc_load(ds, acc_ds, it, lane);
-                ln_bwd_dinp(d[it], g[it], xv[it], load128(w + c), m, s, m1, m2, ds);
+                ln_bwd_dinp(d, g, xv, wv[it], m, s, m1, m2, ds);
                 ln_acc_store(acc_ds, it, lane, ds);
-                store128(dinp + row + c, d[it]);
+                store128(dinp + row + c, d);
             }
         }
+        mma::cp_async_wait<0>();  // (only empty groups are left)
+        __syncthreads();  // every warp is done with its row buffers before they become the dw and db accumulators
 #pragma unroll
         for (int it = 0; it < RS; it++) {
             if (it >= sweeps) break;
@@ -405,9 +437,10 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
     __syncthreads();  // every warp's accumulators are final before threads read other warps' accumulators
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const int it = c / (32 * X128), lane_c = (c / X128) % 32, e = c % X128, k = ln_slot(it, e, lane_c);
-        for (int a = 0; a < 3; a++) {  // dw, db, the column sums of dinp
+        for (int a = 0; a < 3; a++) {  // dw, db, the column sums of dinp: regions 1, 2, 0
+            const int region = (a + 1) % 3;
             float sum = 0.0f;
-            for (int wi = 0; wi < LN_BWD_WARPS; wi++) sum += smem[(size_t)(a * LN_BWD_WARPS + wi) * slots + k];  // fixed order
+            for (int wi = 0; wi < LN_BWD_WARPS; wi++) sum += smem[(size_t)(region * LN_BWD_WARPS + wi) * slots + k];  // fixed order
             partial[((size_t)a * gridDim.x + blockIdx.x) * C + c] = sum;
         }
     }
@@ -444,7 +477,7 @@ inline void layernorm_backward_flash(floatX* dinp, floatX* dw, floatX* db, float
     ln_check("layernorm_backward_flash", C, smem);
     if (!aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(w))
         fail("layernorm_backward_flash: buffers must be 16-byte aligned");
-    constexpr int RS = 3;  // rows of up to 3 sweeps are held in registers
+    constexpr int RS = LN_BWD_RS;
     auto kernel = ceil_div(C, 32 * X128) <= RS ? layernorm_backward_flash_kernel<RS> : layernorm_backward_flash_kernel<0>;
     allow_shared_memory(kernel, smem);
     const int G = ln_bwd_grid(kernel, N, smem);  // <= ln_bwd_blocks(N): the workspace's size
