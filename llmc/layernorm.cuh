@@ -344,8 +344,11 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
         // This warp's two row buffers, (2, 3, RS, 32) 16-byte chunks: buffer b, array a (dout, inp, dinp), the
         // lane's it-th chunk. They lie over the dw and db regions, which the loop leaves alone (its dw and db are
         // in registers) and the end of the kernel takes back.
-        Packed128<floatX>* rows = reinterpret_cast<Packed128<floatX>*>(smem + (size_t)LN_BWD_WARPS * slots) + (size_t)warp * LN_BWD_ROW_CHUNKS;
-        auto chunk = [&](int b, int a, int it) -> Packed128<floatX>& { return rows[((b * 3 + a) * RS + it) * 32 + lane]; };
+        Packed128<floatX>* rows =
+            reinterpret_cast<Packed128<floatX>*>(smem + (size_t)LN_BWD_WARPS * slots) + (size_t)warp * LN_BWD_ROW_CHUNKS;
+        auto chunk = [&](int b, int a, int it) -> Packed128<floatX>& {
+            return rows[((b * 3 + a) * RS + it) * 32 + lane];
+        };
         const floatX* src[3] = {dout, inp, dinp};
         // Row n's copies into buffer b, each lane its own chunks (so it waits for those alone, no barrier); past
         // the last row an empty group, so that every row waits for the same count.
@@ -354,8 +357,9 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
 #pragma unroll
                 for (int it = 0; it < RS; it++) {
                     const int c = (it * 32 + lane) * X128;
-                    if (c < C)
-                        for (int a = 0; a < 3; a++) mma::cp_async_16(mma::smem_u32(&chunk(b, a, it)), src[a] + (size_t)n * C + c, 16);
+                    if (c >= C) continue;
+                    for (int a = 0; a < 3; a++)
+                        mma::cp_async_16(mma::smem_u32(&chunk(b, a, it)), src[a] + (size_t)n * C + c, 16);
                 }
             }
             mma::cp_async_commit();
@@ -383,8 +387,9 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
             float s1 = 0.0f, s2 = 0.0f;  // sum of dnorm, sum of dnorm * norm over the row
 #pragma unroll
             for (int it = 0; it < RS; it++) {
-                const int c = (it * 32 + lane) * X128;
-                if (c < C) ln_bwd_sums(Packed128<floatX>(chunk(b, 0, it)), Packed128<floatX>(chunk(b, 1, it)), wv[it], m, s, dw[it], db[it], s1, s2);
+                if ((it * 32 + lane) * X128 >= C) continue;
+                const Packed128<floatX> g = chunk(b, 0, it), xv = chunk(b, 1, it);  // 16-byte shared-memory reads
+                ln_bwd_sums(g, xv, wv[it], m, s, dw[it], db[it], s1, s2);
             }
             const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
 #pragma unroll
@@ -392,7 +397,7 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
                 const int c = (it * 32 + lane) * X128;
                 if (c >= C) continue;
                 float ds[X128];
-                Packed128<floatX> d = chunk(b, 2, it), g = chunk(b, 0, it), xv = chunk(b, 1, it);  // 16-byte reads
+                Packed128<floatX> d = chunk(b, 2, it), g = chunk(b, 0, it), xv = chunk(b, 1, it);
                 ln_acc_load(ds, acc_ds, it, lane);
                 ln_bwd_dinp(d, g, xv, wv[it], m, s, m1, m2, ds);
                 ln_acc_store(acc_ds, it, lane, ds);
@@ -440,7 +445,8 @@ static __global__ void __launch_bounds__(LN_BWD_WARPS * 32, RS > 0 ? 2 : 3)
         for (int a = 0; a < 3; a++) {  // dw, db, the column sums of dinp: regions 1, 2, 0
             const int region = (a + 1) % 3;
             float sum = 0.0f;
-            for (int wi = 0; wi < LN_BWD_WARPS; wi++) sum += smem[(size_t)(region * LN_BWD_WARPS + wi) * slots + k];  // fixed order
+            for (int wi = 0; wi < LN_BWD_WARPS; wi++)  // fixed order
+                sum += smem[(size_t)(region * LN_BWD_WARPS + wi) * slots + k];
             partial[((size_t)a * gridDim.x + blockIdx.x) * C + c] = sum;
         }
     }
