@@ -12,7 +12,8 @@ struct Shape {
 };
 // Nothing here is a multiple of a tile (32/64 rows, 256-channel layernorm sweeps, 8-wide vectors of V),
 // then T = 1, then GPT-2 small's width, then more rows (5015) than the layernorm backward's grid has warps
-// (at most LN_BWD_MAX_BLOCKS = 384 blocks x 8), so that warps take a second row.
+// (at most LN_BWD_MAX_BLOCKS = 384 blocks x 8; 264 x 8 on a 132-SM card at C = 96), so that warps take a second
+// and a third row: each of a warp's two row buffers is filled again while the other is read.
 inline const Shape SHAPES[] = {{2, 37, 96, 3, 300, 320}, {3, 1, 64, 1, 50, 64}, {2, 70, 768, 12, 1000, 1024},
                                {5, 1003, 96, 3, 300, 320}};
 
